@@ -1,0 +1,1 @@
+//! vhostfs: a vhost-user virtio-fs daemon. See docs/ARCHITECTURE.md for the map.
