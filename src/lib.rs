@@ -1,3 +1,7 @@
 //! vhostfs: a vhost-user virtio-fs daemon. See docs/ARCHITECTURE.md for the map.
 pub mod cli;
+pub mod credentials;
+pub mod fd_budget;
+pub mod file_handle;
+pub mod inode_table;
 pub mod passthrough;

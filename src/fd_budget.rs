@@ -1,0 +1,97 @@
+//! The budget of file descriptors the guest can make the daemon hold.
+//!
+//! Every fd that lives as long as the guest wants (an open file or directory, the O_PATH fd of an
+//! inode that has no file handle) holds one [`FdToken`]. The budget is RLIMIT_NOFILE minus a
+//! reserve for the daemon's own fds (sockets, eventfds, mount fds, the short-lived fds of one
+//! request per worker thread), so a guest that never closes or forgets anything gets `ENFILE`
+//! while the daemon itself never runs out.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// fds kept back from the guest: vhost-user socket, eventfds (2 per queue), mount fds, and the
+/// transient fds of in-flight requests. Generous on purpose: running out here is fatal, running
+/// out of budget is an errno.
+pub const DAEMON_RESERVE: usize = 256;
+
+#[derive(Debug)]
+pub struct FdBudget {
+    limit: usize,
+    used: AtomicUsize,
+    warned: AtomicBool,
+}
+
+/// One fd's worth of budget; given back on drop.
+#[derive(Debug)]
+pub struct FdToken(Arc<FdBudget>);
+
+impl FdBudget {
+    pub fn new(limit: usize) -> Arc<FdBudget> {
+        Arc::new(FdBudget {
+            limit,
+            used: AtomicUsize::new(0),
+            warned: AtomicBool::new(false),
+        })
+    }
+
+    /// The budget for a process whose fd limit is `rlimit`.
+    pub fn from_rlimit(rlimit: u64) -> Arc<FdBudget> {
+        let rlimit = usize::try_from(rlimit).unwrap_or(usize::MAX);
+        FdBudget::new(rlimit.saturating_sub(DAEMON_RESERVE).max(1))
+    }
+
+    /// Takes one fd from the budget, or fails with `ENFILE` (logged once).
+    pub fn take(self: &Arc<Self>) -> io::Result<FdToken> {
+        let prev = self.used.fetch_add(1, Ordering::Relaxed);
+        if prev >= self.limit {
+            self.used.fetch_sub(1, Ordering::Relaxed);
+            if !self.warned.swap(true, Ordering::Relaxed) {
+                log::warn!(
+                    "the guest holds {} file descriptors, the budget from RLIMIT_NOFILE: \
+                     answering ENFILE until it closes or forgets some (raise --rlimit-nofile, \
+                     or use --inode-file-handles=prefer)",
+                    self.limit
+                );
+            }
+            return Err(io::Error::from_raw_os_error(libc::ENFILE));
+        }
+        Ok(FdToken(Arc::clone(self)))
+    }
+
+    pub fn in_use(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
+impl Drop for FdToken {
+    fn drop(&mut self) {
+        self.0.used.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_is_enforced_and_given_back() {
+        let b = FdBudget::new(2);
+        let t1 = b.take().unwrap();
+        let _t2 = b.take().unwrap();
+        assert_eq!(b.take().unwrap_err().raw_os_error(), Some(libc::ENFILE));
+        assert_eq!(b.in_use(), 2);
+        drop(t1);
+        assert!(b.take().is_ok());
+    }
+
+    #[test]
+    fn reserve_is_kept_back() {
+        assert_eq!(FdBudget::from_rlimit(4096).limit(), 4096 - DAEMON_RESERVE);
+        assert_eq!(FdBudget::from_rlimit(10).limit(), 1);
+    }
+}

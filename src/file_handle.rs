@@ -1,0 +1,190 @@
+//! File handles (`name_to_handle_at`/`open_by_handle_at`) and the mount fds they open against.
+//!
+//! A handle names an inode without holding it open, so an inode table keyed by handles holds no
+//! fd per inode. Opening one needs CAP_DAC_READ_SEARCH and an fd on the same mount: [`MountFds`]
+//! keeps one O_PATH fd per mount ID seen in the share (a handful; they are part of the daemon's
+//! fd reserve, not of the guest's budget).
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, RwLock};
+
+/// Room for the largest handle Linux hands out (MAX_HANDLE_SZ).
+const MAX_HANDLE_SZ: usize = 128;
+
+/// The fixed header of `struct file_handle`.
+#[repr(C)]
+struct HandleHeader {
+    handle_bytes: u32,
+    handle_type: i32,
+}
+
+/// A file handle and the mount it belongs to.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct FileHandle {
+    pub mnt_id: u64,
+    handle_type: i32,
+    bytes: Box<[u8]>,
+}
+
+impl std::fmt::Debug for FileHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "FileHandle(mnt {}, type {}, {} bytes)",
+            self.mnt_id,
+            self.handle_type,
+            self.bytes.len()
+        )
+    }
+}
+
+#[repr(C)]
+struct HandleBuf {
+    header: HandleHeader,
+    data: [u8; MAX_HANDLE_SZ],
+}
+
+impl FileHandle {
+    /// The handle of what `fd` refers to (`name` empty) or of `name` in directory `fd`, never
+    /// following a final symlink. `Ok(None)` when the filesystem cannot make handles.
+    pub fn from_fd(fd: BorrowedFd, name: &CStr) -> io::Result<Option<FileHandle>> {
+        let mut buf = HandleBuf {
+            header: HandleHeader {
+                handle_bytes: MAX_HANDLE_SZ as u32,
+                handle_type: 0,
+            },
+            data: [0; MAX_HANDLE_SZ],
+        };
+        let mut mnt_id: libc::c_int = 0;
+        let flags = if name.is_empty() {
+            libc::AT_EMPTY_PATH
+        } else {
+            0
+        };
+        // SAFETY: `buf` is a file_handle with room for MAX_HANDLE_SZ bytes, as declared in it.
+        let ret = unsafe {
+            libc::name_to_handle_at(
+                fd.as_raw_fd(),
+                name.as_ptr(),
+                &mut buf as *mut HandleBuf as *mut libc::file_handle,
+                &mut mnt_id,
+                flags,
+            )
+        };
+        if ret != 0 {
+            let err = io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::EOPNOTSUPP) => Ok(None),
+                _ => Err(err),
+            };
+        }
+        let len = (buf.header.handle_bytes as usize).min(MAX_HANDLE_SZ);
+        Ok(Some(FileHandle {
+            mnt_id: mnt_id as u64,
+            handle_type: buf.header.handle_type,
+            bytes: buf.data[..len].into(),
+        }))
+    }
+
+    /// Opens the inode with `flags` (O_PATH for a reference, or real open flags).
+    pub fn open(&self, mount_fd: BorrowedFd, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let mut buf = HandleBuf {
+            header: HandleHeader {
+                handle_bytes: self.bytes.len() as u32,
+                handle_type: self.handle_type,
+            },
+            data: [0; MAX_HANDLE_SZ],
+        };
+        buf.data[..self.bytes.len()].copy_from_slice(&self.bytes);
+        // SAFETY: `buf` is a valid file_handle; the returned fd is checked and owned.
+        let fd = unsafe {
+            libc::open_by_handle_at(
+                mount_fd.as_raw_fd(),
+                &mut buf as *mut HandleBuf as *mut libc::file_handle,
+                flags | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Heap bytes this handle costs (for memory accounting in tests and docs).
+    pub fn heap_size(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// One O_PATH fd per mount ID, to open handles against.
+///
+/// Invariant: an fd stored under a mount ID refers to an inode on that mount and is never closed
+/// while the table lives (the mount may be unmounted by the host; opens then fail with ESTALE).
+#[derive(Default)]
+pub struct MountFds {
+    fds: RwLock<HashMap<u64, Arc<OwnedFd>>>,
+}
+
+impl MountFds {
+    pub fn get(&self, mnt_id: u64) -> Option<Arc<OwnedFd>> {
+        self.fds
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&mnt_id)
+            .cloned()
+    }
+
+    /// Remembers `fd` (dup'ed) as the mount fd of `mnt_id` unless one is known already.
+    pub fn insert_if_absent(&self, mnt_id: u64, fd: BorrowedFd) -> io::Result<()> {
+        if self.get(mnt_id).is_some() {
+            return Ok(());
+        }
+        let dup = fd.try_clone_to_owned()?;
+        self.fds
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(mnt_id)
+            .or_insert_with(|| Arc::new(dup));
+        Ok(())
+    }
+
+    /// Opens `handle` with `flags`.
+    pub fn open(&self, handle: &FileHandle, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let mount = self
+            .get(handle.mnt_id)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
+        // SAFETY: the Arc keeps the fd open for the duration of the call.
+        handle.open(
+            unsafe { BorrowedFd::borrow_raw(mount.as_raw_fd() as RawFd) },
+            flags,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn handle_roundtrip() {
+        let dir = std::env::temp_dir().join(format!("vhostfs-fh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), b"hello").unwrap();
+        let d = std::fs::File::open(&dir).unwrap();
+        let h = FileHandle::from_fd(d.as_fd(), c"f")
+            .unwrap()
+            .expect("tmp supports handles");
+        let mounts = MountFds::default();
+        mounts.insert_if_absent(h.mnt_id, d.as_fd()).unwrap();
+        let fd = mounts.open(&h, libc::O_RDONLY).unwrap();
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s).unwrap();
+        assert_eq!(s, "hello");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

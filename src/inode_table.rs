@@ -1,0 +1,370 @@
+//! The inode table: node IDs the guest holds, mapped to host inodes.
+//!
+//! A host inode is identified by [`InodeKey`] (inode number, device, mount ID), so hard links and
+//! repeated lookups of one file map to one node ID. It is reached through an [`InodeSource`]:
+//! a file handle (no fd held) or an O_PATH fd (one fd held, paid from the [`FdBudget`]).
+//!
+//! Invariants:
+//! - An inode lives while its lookup count is above zero; the count goes up by one for every
+//!   entry the guest is given (LOOKUP, CREATE, MKDIR, READDIRPLUS, ...) and down by FORGET. When
+//!   it reaches zero the inode leaves the table, and its fd (if any) closes once the last request
+//!   using it drops its `Arc`.
+//! - The root (node ID 1) never dies.
+//! - The table is split into [`SHARDS`] shards, each behind its own mutex; the shard of a node ID
+//!   is in its low bits and the shard of a key is its hash, so one shard holds both maps for an
+//!   inode. No lock is held across a syscall: callers do their openat/statx/name_to_handle_at
+//!   first and then call [`InodeTable::insert`], which re-checks under the lock.
+
+use std::collections::hash_map::{DefaultHasher, Entry};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::fd_budget::FdToken;
+use crate::file_handle::{FileHandle, MountFds};
+
+/// The node ID of the shared directory itself.
+pub const ROOT_ID: u64 = 1;
+
+const SHARD_BITS: u32 = 4;
+/// Number of independently locked parts of the table.
+pub const SHARDS: usize = 1 << SHARD_BITS;
+
+/// What identifies a host inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InodeKey {
+    pub ino: u64,
+    pub dev: u64,
+    pub mnt_id: u64,
+}
+
+/// How the daemon reaches a host inode.
+pub enum InodeSource {
+    /// An O_PATH fd, holding one token of the guest's fd budget.
+    Fd { fd: OwnedFd, _token: FdToken },
+    /// A file handle: no fd is held.
+    Handle(FileHandle),
+}
+
+/// One host inode the guest knows by a node ID.
+pub struct Inode {
+    pub nodeid: u64,
+    pub key: InodeKey,
+    /// The `S_IFMT` bits of the mode (the type never changes).
+    pub kind: u32,
+    pub source: InodeSource,
+    /// Lookups the guest holds; changed only under the shard lock.
+    lookups: AtomicU64,
+}
+
+/// An fd for one operation on an inode: borrowed from the table or opened for the occasion.
+pub enum InodeFd<'a> {
+    Borrowed(BorrowedFd<'a>),
+    Owned(OwnedFd),
+}
+
+impl AsFd for InodeFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            InodeFd::Borrowed(fd) => *fd,
+            InodeFd::Owned(fd) => fd.as_fd(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Inode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Inode({}, {:?})", self.nodeid, self.key)
+    }
+}
+
+impl Inode {
+    pub fn new(key: InodeKey, kind: u32, source: InodeSource) -> Inode {
+        Inode {
+            nodeid: 0,
+            key,
+            kind,
+            source,
+            lookups: AtomicU64::new(0),
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind == libc::S_IFDIR
+    }
+
+    pub fn is_symlink(&self) -> bool {
+        self.kind == libc::S_IFLNK
+    }
+
+    /// An O_PATH fd for this inode, valid for the caller's scope.
+    pub fn path_fd(&self, mounts: &MountFds) -> io::Result<InodeFd<'_>> {
+        match &self.source {
+            InodeSource::Fd { fd, .. } => Ok(InodeFd::Borrowed(fd.as_fd())),
+            InodeSource::Handle(h) => Ok(InodeFd::Owned(mounts.open(h, libc::O_PATH)?)),
+        }
+    }
+
+    /// Opens the inode for I/O with `flags` (never following a symlink: callers refuse
+    /// symlinks first). O_PATH fds are re-opened through the pre-opened `/proc/self/fd`.
+    pub fn open(
+        &self,
+        mounts: &MountFds,
+        proc_self_fd: BorrowedFd,
+        flags: i32,
+    ) -> io::Result<OwnedFd> {
+        if self.is_symlink() {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        match &self.source {
+            InodeSource::Handle(h) => mounts.open(h, flags),
+            InodeSource::Fd { fd, .. } => {
+                let name = CString::new(fd.as_raw_fd().to_string()).expect("digits have no NUL");
+                // SAFETY: valid dirfd and NUL-terminated name; the result is checked and owned.
+                let ret = unsafe {
+                    libc::openat(
+                        proc_self_fd.as_raw_fd(),
+                        name.as_ptr(),
+                        flags | libc::O_CLOEXEC,
+                    )
+                };
+                if ret < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // SAFETY: a fresh fd we own.
+                Ok(unsafe { OwnedFd::from_raw_fd(ret) })
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    by_id: HashMap<u64, Arc<Inode>>,
+    by_key: HashMap<InodeKey, u64>,
+    /// Next sequence number for node IDs of this shard.
+    next_seq: u64,
+}
+
+pub struct InodeTable {
+    root: Arc<Inode>,
+    shards: Box<[Mutex<Shard>]>,
+}
+
+fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    // A panic elsewhere cannot leave a shard half-updated (every update is a few map operations
+    // that do not panic), so a poisoned lock is still consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn shard_of_key(key: &InodeKey) -> usize {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() as usize) & (SHARDS - 1)
+}
+
+fn shard_of_id(nodeid: u64) -> usize {
+    (nodeid as usize) & (SHARDS - 1)
+}
+
+impl InodeTable {
+    /// A table holding only the shared directory's inode as [`ROOT_ID`].
+    pub fn new(mut root: Inode) -> InodeTable {
+        root.nodeid = ROOT_ID;
+        root.lookups = AtomicU64::new(1);
+        let root = Arc::new(root);
+        let shards: Box<[Mutex<Shard>]> =
+            (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
+        lock(&shards[shard_of_key(&root.key)])
+            .by_key
+            .insert(root.key, ROOT_ID);
+        InodeTable { root, shards }
+    }
+
+    pub fn root(&self) -> &Arc<Inode> {
+        &self.root
+    }
+
+    /// The inode of `nodeid`, or `EBADF` for a node ID the guest does not hold.
+    pub fn get(&self, nodeid: u64) -> io::Result<Arc<Inode>> {
+        if nodeid == ROOT_ID {
+            return Ok(Arc::clone(&self.root));
+        }
+        lock(&self.shards[shard_of_id(nodeid)])
+            .by_id
+            .get(&nodeid)
+            .cloned()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
+    }
+
+    /// One more lookup of the inode with `key`, if the table has it.
+    pub fn ref_existing(&self, key: &InodeKey) -> Option<Arc<Inode>> {
+        let mut shard = lock(&self.shards[shard_of_key(key)]);
+        let id = *shard.by_key.get(key)?;
+        self.ref_id(&mut shard, id)
+    }
+
+    fn ref_id(&self, shard: &mut Shard, id: u64) -> Option<Arc<Inode>> {
+        if id == ROOT_ID {
+            return Some(Arc::clone(&self.root));
+        }
+        let inode = shard.by_id.get(&id)?;
+        inode.lookups.fetch_add(1, Ordering::Relaxed);
+        Some(Arc::clone(inode))
+    }
+
+    /// Adds `inode` with a lookup count of one; if another request added the same key meanwhile,
+    /// takes one more lookup of that one instead (and `inode` is dropped, outside the lock).
+    pub fn insert(&self, mut inode: Inode) -> Arc<Inode> {
+        let s = shard_of_key(&inode.key);
+        let mut shard = lock(&self.shards[s]);
+        if let Some(&id) = shard.by_key.get(&inode.key) {
+            if let Some(existing) = self.ref_id(&mut shard, id) {
+                drop(shard);
+                return existing;
+            }
+        }
+        shard.next_seq += 1;
+        inode.nodeid = (shard.next_seq << SHARD_BITS) | s as u64;
+        inode.lookups = AtomicU64::new(1);
+        let inode = Arc::new(inode);
+        shard.by_key.insert(inode.key, inode.nodeid);
+        shard.by_id.insert(inode.nodeid, Arc::clone(&inode));
+        inode
+    }
+
+    /// Drops `n` lookups of `nodeid`; removes the inode when none are left. Unknown node IDs are
+    /// ignored (FORGET has no reply).
+    pub fn forget(&self, nodeid: u64, n: u64) {
+        if nodeid == ROOT_ID {
+            return;
+        }
+        let removed = {
+            let mut shard = lock(&self.shards[shard_of_id(nodeid)]);
+            let Some(inode) = shard.by_id.get(&nodeid) else {
+                return;
+            };
+            let left = inode.lookups.load(Ordering::Relaxed).saturating_sub(n);
+            inode.lookups.store(left, Ordering::Relaxed);
+            if left > 0 {
+                return;
+            }
+            let inode = shard.by_id.remove(&nodeid).expect("present");
+            if let Entry::Occupied(e) = shard.by_key.entry(inode.key) {
+                if *e.get() == nodeid {
+                    e.remove();
+                }
+            }
+            inode
+        };
+        // The fd (if any) closes here, outside the lock, unless a request still uses it.
+        drop(removed);
+    }
+
+    /// Forgets every inode but the root (FUSE_DESTROY, or a new session).
+    pub fn clear(&self) {
+        for s in self.shards.iter() {
+            let removed: Vec<Arc<Inode>> = {
+                let mut shard = lock(s);
+                shard.by_key.retain(|_, id| *id == ROOT_ID);
+                shard.by_id.drain().map(|(_, v)| v).collect()
+            };
+            drop(removed);
+        }
+    }
+
+    /// How many inodes the guest holds, the root included.
+    pub fn len(&self) -> usize {
+        1 + self
+            .shards
+            .iter()
+            .map(|s| lock(s).by_id.len())
+            .sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Lookups held on `nodeid` (0 if unknown).
+    pub fn lookups(&self, nodeid: u64) -> u64 {
+        self.get(nodeid)
+            .map(|i| i.lookups.load(Ordering::Relaxed))
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fd_budget::FdBudget;
+
+    fn fd_inode(ino: u64, budget: &Arc<FdBudget>) -> Inode {
+        let fd = std::fs::File::open("/").unwrap().into();
+        let key = InodeKey {
+            ino,
+            dev: 1,
+            mnt_id: 1,
+        };
+        Inode::new(
+            key,
+            libc::S_IFREG,
+            InodeSource::Fd {
+                fd,
+                _token: budget.take().unwrap(),
+            },
+        )
+    }
+
+    #[test]
+    fn same_key_same_node_and_forget_frees() {
+        let budget = FdBudget::new(100);
+        let t = InodeTable::new(fd_inode(1, &budget));
+        let a = t.insert(fd_inode(10, &budget));
+        let b = t.insert(fd_inode(10, &budget));
+        assert_eq!(a.nodeid, b.nodeid);
+        assert_ne!(a.nodeid, ROOT_ID);
+        assert_eq!(t.lookups(a.nodeid), 2);
+        // the duplicate's fd went back to the budget
+        assert_eq!(budget.in_use(), 2);
+        let c = t.ref_existing(&a.key).unwrap();
+        assert_eq!(c.nodeid, a.nodeid);
+        assert_eq!(t.lookups(a.nodeid), 3);
+        drop((b, c));
+        t.forget(a.nodeid, 2);
+        assert!(t.get(a.nodeid).is_ok());
+        t.forget(a.nodeid, 5);
+        assert_eq!(
+            t.get(a.nodeid).unwrap_err().raw_os_error(),
+            Some(libc::EBADF)
+        );
+        assert!(t.ref_existing(&a.key).is_none());
+        drop(a);
+        assert_eq!(budget.in_use(), 1);
+        let d = t.insert(fd_inode(10, &budget));
+        assert_eq!(t.lookups(d.nodeid), 1);
+    }
+
+    #[test]
+    fn root_survives_forget_and_clear() {
+        let budget = FdBudget::new(200);
+        let t = InodeTable::new(fd_inode(1, &budget));
+        for i in 0..100 {
+            t.insert(fd_inode(100 + i, &budget));
+        }
+        assert_eq!(t.len(), 101);
+        t.forget(ROOT_ID, 10);
+        t.clear();
+        assert_eq!(t.len(), 1);
+        assert!(t.get(ROOT_ID).is_ok());
+        assert_eq!(budget.in_use(), 1);
+        assert_eq!(
+            t.ref_existing(&t.root().key.clone()).unwrap().nodeid,
+            ROOT_ID
+        );
+    }
+}
