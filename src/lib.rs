@@ -3,5 +3,6 @@ pub mod cli;
 pub mod credentials;
 pub mod fd_budget;
 pub mod file_handle;
+pub mod handle_table;
 pub mod inode_table;
 pub mod passthrough;

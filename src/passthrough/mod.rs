@@ -1,16 +1,35 @@
 //! The passthrough filesystem: serves FUSE operations from a host directory.
 //!
 //! Every method takes the caller's [`Context`] and node IDs as the guest sent them; it validates
-//! them (unknown node ID → `EBADF`/`ENOENT`, bad name → `EINVAL`) and returns `io::Result`. The
-//! FUSE dispatcher (`fuse_server`) turns the results into replies; nothing here knows the wire
-//! format beyond the ABI structs.
+//! them (unknown node ID or fh → `EBADF`, bad name → `EINVAL`) and returns `io::Result`. The
+//! FUSE dispatcher (`fuse_server`) turns results into replies.
+//!
+//! Confinement: everything is resolved relative to fds the daemon holds (the shared dir, inode
+//! fds or handles, the pre-opened `/proc/self/fd`), one name component at a time, with
+//! `O_NOFOLLOW`: a name the guest sends is never a path, and no symlink is ever followed on the
+//! host. So nothing here depends on host absolute paths, and a later pivot_root into the shared
+//! dir changes nothing.
+//!
+//! Split: `entries` (names: lookup, create, link, rename, attributes), `files` (open files and
+//! data), `dirs` (directory handles), `xattrs`.
+
+mod dirs;
+mod entries;
+mod files;
+pub(crate) mod sys;
+mod xattrs;
 
 use std::ffi::CStr;
-use std::fs::File;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
-use fuse_backend_rs::abi::fuse_abi::SetattrIn;
+use crate::cli::InodeFileHandles;
+use crate::fd_budget::FdBudget;
+use crate::file_handle::{FileHandle, MountFds};
+use crate::handle_table::HandleTable;
+use crate::inode_table::{Inode, InodeKey, InodeSource, InodeTable};
 
 /// The caller of one request, from `fuse_in_header`.
 #[derive(Clone, Copy, Debug)]
@@ -69,11 +88,13 @@ pub enum XattrReply {
 #[derive(Clone, Debug)]
 pub struct FsConfig {
     pub shared_dir: std::path::PathBuf,
-    pub inode_file_handles: crate::cli::InodeFileHandles,
+    pub inode_file_handles: InodeFileHandles,
     pub entry_timeout: Duration,
     pub attr_timeout: Duration,
     /// `--cache=never`: open files with `FOPEN_DIRECT_IO`.
     pub direct_io: bool,
+    /// `--cache=always`: let the guest keep its page cache across opens.
+    pub keep_cache: bool,
     pub readonly: bool,
     pub xattr: bool,
     pub announce_submounts: bool,
@@ -81,233 +102,159 @@ pub struct FsConfig {
     pub fd_budget: usize,
 }
 
+const FUSE_ATTR_SUBMOUNT: u32 = 1;
+const FOPEN_DIRECT_IO: u32 = 1;
+const FOPEN_KEEP_CACHE: u32 = 2;
+
 pub struct PassthroughFs {
-    _cfg: FsConfig,
+    cfg: FsConfig,
+    /// Whether inodes are keyed by file handles (prefer/mandatory and the process can open them).
+    use_handles: bool,
+    inodes: InodeTable,
+    handles: HandleTable,
+    mounts: MountFds,
+    budget: Arc<FdBudget>,
+    /// `/proc/self/fd`, opened before any sandboxing, to re-open O_PATH fds.
+    proc_self_fd: OwnedFd,
 }
 
-fn nosys<T>() -> io::Result<T> {
-    Err(io::Error::from_raw_os_error(libc::ENOSYS))
+fn err(errno: i32) -> io::Error {
+    io::Error::from_raw_os_error(errno)
 }
 
-#[allow(unused_variables)]
+/// Refuses names that are not a single path component.
+fn check_name(name: &CStr) -> io::Result<()> {
+    let b = name.to_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+        return Err(err(libc::EINVAL));
+    }
+    Ok(())
+}
+
 impl PassthroughFs {
     pub fn new(cfg: FsConfig) -> io::Result<PassthroughFs> {
-        Ok(PassthroughFs { _cfg: cfg })
+        let budget = FdBudget::new(cfg.fd_budget);
+        let proc_self_fd = sys::openat(
+            std::fs::File::open("/")?.as_fd(),
+            c"proc/self/fd",
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot open /proc/self/fd: {e}")))?;
+        let path = std::ffi::CString::new(cfg.shared_dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| err(libc::EINVAL))?;
+        let root_fd = sys::openat(
+            std::fs::File::open("/")?.as_fd(),
+            &path,
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+        )
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("shared directory {}: {e}", cfg.shared_dir.display()),
+            )
+        })?;
+        let st = sys::statx(root_fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
+        let mounts = MountFds::default();
+        let use_handles = match cfg.inode_file_handles {
+            InodeFileHandles::Never => false,
+            mode => match Self::probe_handles(root_fd.as_fd(), &mounts) {
+                Ok(()) => true,
+                Err(e) if mode == InodeFileHandles::Prefer => {
+                    log::warn!(
+                        "file handles do not work here ({e}); --inode-file-handles=prefer falls \
+                         back to one O_PATH fd per inode"
+                    );
+                    false
+                }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "--inode-file-handles=mandatory: cannot use file handles on {} ({e}); \
+                             they need CAP_DAC_READ_SEARCH and a filesystem that supports them",
+                            cfg.shared_dir.display()
+                        ),
+                    ))
+                }
+            },
+        };
+        let key = InodeKey {
+            ino: st.stx_ino,
+            dev: sys::dev_of(&st),
+            mnt_id: st.stx_mnt_id,
+        };
+        let token = budget.take()?;
+        let root = Inode::new(
+            key,
+            libc::S_IFDIR,
+            InodeSource::Fd {
+                fd: root_fd,
+                _token: token,
+            },
+        );
+        Ok(PassthroughFs {
+            cfg,
+            use_handles,
+            inodes: InodeTable::new(root),
+            handles: HandleTable::default(),
+            mounts,
+            budget,
+            proc_self_fd,
+        })
     }
+
+    /// Makes and opens a handle of the shared dir, to know whether handles work at all.
+    fn probe_handles(root: BorrowedFd, mounts: &MountFds) -> io::Result<()> {
+        let h = FileHandle::from_fd(root, c"")?.ok_or_else(|| err(libc::EOPNOTSUPP))?;
+        mounts.insert_if_absent(h.mnt_id, root)?;
+        mounts.open(&h, libc::O_PATH).map(drop)
+    }
+
+    /// Whether inodes are keyed by file handles.
+    pub fn uses_file_handles(&self) -> bool {
+        self.use_handles
+    }
+
+    /// Inodes the guest holds (the root included).
+    pub fn inode_count(&self) -> usize {
+        self.inodes.len()
+    }
+
+    /// Open files and directories the guest holds.
+    pub fn open_handle_count(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// Lookups the guest holds on `nodeid`.
+    pub fn lookup_count(&self, nodeid: u64) -> u64 {
+        self.inodes.lookups(nodeid)
+    }
+
+    /// fds of the guest's budget in use.
+    pub fn fds_in_use(&self) -> usize {
+        self.budget.in_use()
+    }
+
     /// FUSE_DESTROY (and a new FUSE_INIT): forget every inode but the root, close every handle.
-    pub fn destroy(&self) {}
-    pub fn lookup(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
-        nosys()
+    pub fn destroy(&self) {
+        self.handles.clear();
+        self.inodes.clear();
     }
-    /// Drop `nlookup` lookups of `nodeid`; the inode dies when its count reaches zero.
-    pub fn forget(&self, nodeid: u64, nlookup: u64) {}
-    /// `fh` is `Some` when the guest sent FUSE_GETATTR_FH.
-    pub fn getattr(&self, ctx: &Context, nodeid: u64, fh: Option<u64>) -> io::Result<Attr> {
-        nosys()
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.cfg.readonly {
+            Err(err(libc::EROFS))
+        } else {
+            Ok(())
+        }
     }
-    pub fn setattr(&self, ctx: &Context, nodeid: u64, attr: &SetattrIn) -> io::Result<Attr> {
-        nosys()
-    }
-    pub fn readlink(&self, ctx: &Context, nodeid: u64) -> io::Result<Vec<u8>> {
-        nosys()
-    }
-    pub fn symlink(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &CStr,
-        target: &CStr,
-    ) -> io::Result<Entry> {
-        nosys()
-    }
-    /// `mode` includes the file type bits; the guest kernel already applied the umask.
-    pub fn mknod(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &CStr,
-        mode: u32,
-        rdev: u32,
-    ) -> io::Result<Entry> {
-        nosys()
-    }
-    pub fn mkdir(&self, ctx: &Context, parent: u64, name: &CStr, mode: u32) -> io::Result<Entry> {
-        nosys()
-    }
-    pub fn unlink(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
-        nosys()
-    }
-    pub fn rmdir(&self, ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
-        nosys()
-    }
-    /// `flags`: 0 or `RENAME_NOREPLACE` / `RENAME_EXCHANGE` (FUSE_RENAME2).
-    #[allow(clippy::too_many_arguments)]
-    pub fn rename(
-        &self,
-        ctx: &Context,
-        olddir: u64,
-        oldname: &CStr,
-        newdir: u64,
-        newname: &CStr,
-        flags: u32,
-    ) -> io::Result<()> {
-        nosys()
-    }
-    pub fn link(
-        &self,
-        ctx: &Context,
-        nodeid: u64,
-        newparent: u64,
-        newname: &CStr,
-    ) -> io::Result<Entry> {
-        nosys()
-    }
-    /// `flags`: the guest's open(2) flags.
-    pub fn open(&self, ctx: &Context, nodeid: u64, flags: u32) -> io::Result<Opened> {
-        nosys()
-    }
-    pub fn create(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &CStr,
-        mode: u32,
-        flags: u32,
-    ) -> io::Result<(Entry, Opened)> {
-        nosys()
-    }
-    /// O_TMPFILE in directory `parent`.
-    pub fn tmpfile(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        mode: u32,
-        flags: u32,
-    ) -> io::Result<(Entry, Opened)> {
-        nosys()
-    }
-    /// Runs `f` on the open file `fh` (READ/WRITE do their preadv/pwritev into guest memory in
-    /// `f`). No lock is held while `f` runs.
-    pub fn with_file<R>(
-        &self,
-        fh: u64,
-        f: impl FnOnce(&mut File) -> io::Result<R>,
-    ) -> io::Result<R> {
-        nosys()
-    }
-    pub fn flush(&self, ctx: &Context, nodeid: u64, fh: u64, lock_owner: u64) -> io::Result<()> {
-        nosys()
-    }
-    pub fn release(&self, ctx: &Context, nodeid: u64, fh: u64) -> io::Result<()> {
-        nosys()
-    }
-    pub fn fsync(&self, ctx: &Context, nodeid: u64, fh: u64, datasync: bool) -> io::Result<()> {
-        nosys()
-    }
-    pub fn opendir(&self, ctx: &Context, nodeid: u64, flags: u32) -> io::Result<Opened> {
-        nosys()
-    }
-    /// Hands entries from `offset` on to `add` until it returns `false` (the reply buffer is
-    /// full) or the directory ends. With `plus`, each entry but `.` and `..` comes with a looked-up
-    /// [`Entry`] (its lookup count incremented); when `add` returns `false` for an entry, that
-    /// lookup is undone here.
-    pub fn readdir(
-        &self,
-        ctx: &Context,
-        nodeid: u64,
-        fh: u64,
-        offset: u64,
-        plus: bool,
-        add: &mut dyn FnMut(&DirEntry, Option<&Entry>) -> bool,
-    ) -> io::Result<()> {
-        nosys()
-    }
-    pub fn releasedir(&self, ctx: &Context, nodeid: u64, fh: u64) -> io::Result<()> {
-        nosys()
-    }
-    pub fn fsyncdir(&self, ctx: &Context, nodeid: u64, fh: u64, datasync: bool) -> io::Result<()> {
-        nosys()
-    }
-    pub fn statfs(&self, ctx: &Context, nodeid: u64) -> io::Result<libc::statvfs64> {
-        nosys()
-    }
-    pub fn access(&self, ctx: &Context, nodeid: u64, mask: u32) -> io::Result<()> {
-        nosys()
-    }
-    pub fn fallocate(
-        &self,
-        ctx: &Context,
-        nodeid: u64,
-        fh: u64,
-        mode: u32,
-        offset: u64,
-        length: u64,
-    ) -> io::Result<()> {
-        nosys()
-    }
-    pub fn lseek(
-        &self,
-        ctx: &Context,
-        nodeid: u64,
-        fh: u64,
-        offset: u64,
-        whence: u32,
-    ) -> io::Result<u64> {
-        nosys()
-    }
-    #[allow(clippy::too_many_arguments)]
-    pub fn copy_file_range(
-        &self,
-        ctx: &Context,
-        nodeid_in: u64,
-        fh_in: u64,
-        off_in: u64,
-        nodeid_out: u64,
-        fh_out: u64,
-        off_out: u64,
-        len: u64,
-        flags: u64,
-    ) -> io::Result<usize> {
-        nosys()
-    }
-    pub fn syncfs(&self, ctx: &Context, nodeid: u64) -> io::Result<()> {
-        nosys()
-    }
-    /// FUSE_STATX: `flags` are `AT_*` sync flags, `mask` the `STATX_*` fields wanted.
-    pub fn statx(
-        &self,
-        ctx: &Context,
-        nodeid: u64,
-        fh: Option<u64>,
-        flags: u32,
-        mask: u32,
-    ) -> io::Result<Attr> {
-        nosys()
-    }
-    /// Errors with `ENOSYS` unless `--xattr`.
-    pub fn getxattr(
-        &self,
-        ctx: &Context,
-        nodeid: u64,
-        name: &CStr,
-        size: u32,
-    ) -> io::Result<XattrReply> {
-        nosys()
-    }
-    pub fn listxattr(&self, ctx: &Context, nodeid: u64, size: u32) -> io::Result<XattrReply> {
-        nosys()
-    }
-    pub fn setxattr(
-        &self,
-        ctx: &Context,
-        nodeid: u64,
-        name: &CStr,
-        value: &[u8],
-        flags: u32,
-    ) -> io::Result<()> {
-        nosys()
-    }
-    pub fn removexattr(&self, ctx: &Context, nodeid: u64, name: &CStr) -> io::Result<()> {
-        nosys()
+
+    fn attr(&self, st: libc::statx) -> Attr {
+        Attr {
+            st,
+            timeout: self.cfg.attr_timeout,
+        }
     }
 }

@@ -1,0 +1,111 @@
+//! Open files and directories the guest holds, by the `fh` it was given.
+//!
+//! Invariant: every [`OpenFile`] holds exactly one fd and one [`FdToken`] of the guest's budget;
+//! both are released when the guest sends RELEASE/RELEASEDIR (or DESTROY) *and* no request is
+//! still using the file (requests hold an `Arc`). The table is sharded by `fh` like the inode
+//! table; the shard lock covers only map operations, never I/O.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::fd_budget::FdToken;
+
+const SHARDS: usize = 16;
+
+/// State of an open directory between READDIR calls.
+#[derive(Default)]
+pub struct DirState {
+    /// getdents64 buffer, reused across calls.
+    pub buf: Vec<u8>,
+}
+
+pub struct OpenFile {
+    pub nodeid: u64,
+    pub file: File,
+    /// `Some` for directories: READDIR on one handle is serialised by this lock (it seeks the
+    /// shared fd); files have no lock at all.
+    pub dir: Option<Mutex<DirState>>,
+    _token: FdToken,
+}
+
+impl OpenFile {
+    pub fn new(nodeid: u64, file: File, is_dir: bool, token: FdToken) -> OpenFile {
+        OpenFile {
+            nodeid,
+            file,
+            dir: is_dir.then(|| Mutex::new(DirState::default())),
+            _token: token,
+        }
+    }
+}
+
+type Shard = Mutex<HashMap<u64, Arc<OpenFile>>>;
+
+pub struct HandleTable {
+    shards: Box<[Shard]>,
+    next: AtomicU64,
+}
+
+impl Default for HandleTable {
+    fn default() -> Self {
+        HandleTable {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+fn lock(m: &Shard) -> MutexGuard<'_, HashMap<u64, Arc<OpenFile>>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl HandleTable {
+    fn shard(&self, fh: u64) -> &Shard {
+        &self.shards[(fh as usize) % SHARDS]
+    }
+
+    /// Stores `file` and returns its new handle number.
+    pub fn insert(&self, file: OpenFile) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(self.shard(fh)).insert(fh, Arc::new(file));
+        fh
+    }
+
+    /// The open file `fh`, or `EBADF`.
+    pub fn get(&self, fh: u64) -> io::Result<Arc<OpenFile>> {
+        lock(self.shard(fh))
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
+    }
+
+    /// Removes `fh`; its fd closes when the last user drops it (outside any lock).
+    pub fn remove(&self, fh: u64) -> io::Result<()> {
+        let f = lock(self.shard(fh)).remove(&fh);
+        match f {
+            Some(f) => {
+                drop(f);
+                Ok(())
+            }
+            None => Err(io::Error::from_raw_os_error(libc::EBADF)),
+        }
+    }
+
+    pub fn clear(&self) {
+        for s in self.shards.iter() {
+            let all: Vec<_> = lock(s).drain().collect();
+            drop(all);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

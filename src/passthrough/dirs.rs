@@ -1,0 +1,144 @@
+//! Directory handles: OPENDIR, READDIR(PLUS), RELEASEDIR, FSYNCDIR.
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use super::sys::sync_fd;
+use super::{err, Context, DirEntry, Entry, Opened, PassthroughFs};
+use crate::handle_table::OpenFile;
+
+/// getdents64 buffer size per directory handle.
+const DIRENT_BUF: usize = 32 * 1024;
+/// Size of `struct linux_dirent64` up to `d_name`.
+const DIRENT64_HEADER: usize = 19;
+
+impl PassthroughFs {
+    pub fn opendir(&self, _ctx: &Context, nodeid: u64, _flags: u32) -> io::Result<Opened> {
+        let inode = self.inodes.get(nodeid)?;
+        if !inode.is_dir() {
+            return Err(err(libc::ENOTDIR));
+        }
+        let token = self.budget.take()?;
+        let fd = inode.open(
+            &self.mounts,
+            self.proc_self_fd.as_fd(),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        )?;
+        let fh = self
+            .handles
+            .insert(OpenFile::new(nodeid, File::from(fd), true, token));
+        Ok(Opened { fh, open_flags: 0 })
+    }
+
+    /// Hands entries from `offset` on to `add` until it returns `false` (the reply buffer is
+    /// full) or the directory ends. With `plus`, each entry but `.` and `..` comes with a looked-up
+    /// [`Entry`] (its lookup count incremented); when `add` returns `false` for an entry, that
+    /// lookup is undone here. Entries that vanish between getdents and lookup are skipped.
+    pub fn readdir(
+        &self,
+        _ctx: &Context,
+        _nodeid: u64,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+        add: &mut dyn FnMut(&DirEntry, Option<&Entry>) -> bool,
+    ) -> io::Result<()> {
+        let open = self.handles.get(fh)?;
+        let Some(state) = &open.dir else {
+            return Err(err(libc::ENOTDIR));
+        };
+        let dir_inode = self.inodes.get(open.nodeid)?;
+        let fd = open.file.as_raw_fd();
+        // SAFETY: `open` keeps the fd valid for this call.
+        let dirfd = unsafe { BorrowedFd::borrow_raw(fd) };
+        // One READDIR per handle at a time: the offset of the fd is shared.
+        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.buf.len() != DIRENT_BUF {
+            state.buf.resize(DIRENT_BUF, 0);
+        }
+        let off = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
+        // SAFETY: valid fd.
+        if unsafe { libc::lseek64(fd, off, libc::SEEK_SET) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut added_any = false;
+        loop {
+            let buf = &mut state.buf;
+            // SAFETY: valid fd and a writable buffer of buf.len() bytes.
+            let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let n = n as usize;
+            if n == 0 {
+                return Ok(());
+            }
+            let mut pos = 0;
+            while pos + DIRENT64_HEADER <= n {
+                let rec = &buf[pos..n];
+                let ino = u64::from_ne_bytes(rec[0..8].try_into().expect("8 bytes"));
+                let next = u64::from_ne_bytes(rec[8..16].try_into().expect("8 bytes"));
+                let reclen = u16::from_ne_bytes([rec[16], rec[17]]) as usize;
+                let kind = rec[18] as u32;
+                if reclen < DIRENT64_HEADER || reclen > rec.len() {
+                    return Err(err(libc::EIO));
+                }
+                let name_field = &rec[DIRENT64_HEADER..reclen];
+                let name_len = name_field
+                    .iter()
+                    .position(|&b| b == 0)
+                    .unwrap_or(name_field.len());
+                let name = &name_field[..name_len];
+                pos += reclen;
+                let entry = if plus && name != b"." && name != b".." {
+                    let cname =
+                        CStr::from_bytes_until_nul(name_field).map_err(|_| err(libc::EIO))?;
+                    match self.lookup_at(&dir_inode, dirfd, cname) {
+                        Ok(e) => Some(e),
+                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                        Err(e) if added_any => {
+                            log::debug!("readdirplus stops early: {e}");
+                            return Ok(());
+                        }
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    None
+                };
+                let dent = DirEntry {
+                    ino,
+                    off: next,
+                    kind,
+                    name,
+                };
+                if !add(&dent, entry.as_ref()) {
+                    if let Some(e) = entry {
+                        self.forget(e.nodeid, 1);
+                    }
+                    return Ok(());
+                }
+                added_any = true;
+            }
+        }
+    }
+
+    pub fn releasedir(&self, _ctx: &Context, _nodeid: u64, fh: u64) -> io::Result<()> {
+        self.handles.remove(fh)
+    }
+
+    pub fn fsyncdir(
+        &self,
+        _ctx: &Context,
+        _nodeid: u64,
+        fh: u64,
+        datasync: bool,
+    ) -> io::Result<()> {
+        let open = self.handles.get(fh)?;
+        if open.dir.is_none() {
+            return Err(err(libc::ENOTDIR));
+        }
+        sync_fd(open.file.as_fd(), datasync)
+    }
+}

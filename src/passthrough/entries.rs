@@ -1,0 +1,405 @@
+//! Name operations: lookup and forget, attributes, and everything that creates, links, renames
+//! or removes a name.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use fuse_backend_rs::abi::fuse_abi::SetattrIn;
+
+use super::sys::{self, check};
+use super::{check_name, err, Attr, Context, Entry, PassthroughFs, FUSE_ATTR_SUBMOUNT};
+use crate::credentials::Credentials;
+use crate::file_handle::FileHandle;
+use crate::inode_table::{Inode, InodeKey, InodeSource};
+
+const FATTR_MODE: u32 = 1 << 0;
+const FATTR_UID: u32 = 1 << 1;
+const FATTR_GID: u32 = 1 << 2;
+const FATTR_SIZE: u32 = 1 << 3;
+const FATTR_ATIME: u32 = 1 << 4;
+const FATTR_MTIME: u32 = 1 << 5;
+const FATTR_FH: u32 = 1 << 6;
+const FATTR_ATIME_NOW: u32 = 1 << 7;
+const FATTR_MTIME_NOW: u32 = 1 << 8;
+
+impl PassthroughFs {
+    /// Looks `name` up in the directory `dir` (an fd on the inode `parent`) and takes one lookup
+    /// of the result. Used by LOOKUP, READDIRPLUS and after every create.
+    pub(super) fn lookup_at(
+        &self,
+        parent: &Inode,
+        dir: BorrowedFd,
+        name: &CStr,
+    ) -> io::Result<Entry> {
+        let fd = sys::openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let st = sys::statx(fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
+        let key = InodeKey {
+            ino: st.stx_ino,
+            dev: sys::dev_of(&st),
+            mnt_id: st.stx_mnt_id,
+        };
+        let inode = match self.inodes.ref_existing(&key) {
+            Some(inode) => inode,
+            None => self.inodes.insert(Inode::new(
+                key,
+                st.stx_mode as u32 & libc::S_IFMT,
+                self.source_for(fd)?,
+            )),
+        };
+        let submount =
+            self.cfg.announce_submounts && key.mnt_id != parent.key.mnt_id && inode.is_dir();
+        Ok(self.entry(&inode, st, if submount { FUSE_ATTR_SUBMOUNT } else { 0 }))
+    }
+
+    /// How a newly seen inode will be reached: its handle, or `fd` itself.
+    fn source_for(&self, fd: OwnedFd) -> io::Result<InodeSource> {
+        if self.use_handles {
+            match FileHandle::from_fd(fd.as_fd(), c"")? {
+                Some(h) => {
+                    self.mounts.insert_if_absent(h.mnt_id, fd.as_fd())?;
+                    return Ok(InodeSource::Handle(h));
+                }
+                None if self.cfg.inode_file_handles == crate::cli::InodeFileHandles::Mandatory => {
+                    return Err(err(libc::EOPNOTSUPP));
+                }
+                None => {}
+            }
+        }
+        Ok(InodeSource::Fd {
+            fd,
+            _token: self.budget.take()?,
+        })
+    }
+
+    fn entry(&self, inode: &Arc<Inode>, attr: libc::statx, attr_flags: u32) -> Entry {
+        Entry {
+            nodeid: inode.nodeid,
+            generation: 0,
+            attr,
+            attr_flags,
+            entry_timeout: self.cfg.entry_timeout,
+            attr_timeout: self.cfg.attr_timeout,
+        }
+    }
+
+    /// The directory inode `parent` and an fd on it.
+    fn dir(&self, parent: u64) -> io::Result<Arc<Inode>> {
+        let inode = self.inodes.get(parent)?;
+        if !inode.is_dir() {
+            return Err(err(libc::ENOTDIR));
+        }
+        Ok(inode)
+    }
+
+    pub fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
+        check_name(name)?;
+        let dir = self.dir(parent)?;
+        let fd = dir.path_fd(&self.mounts)?;
+        self.lookup_at(&dir, fd.as_fd(), name)
+    }
+
+    /// Drop `nlookup` lookups of `nodeid`; the inode dies when its count reaches zero.
+    pub fn forget(&self, nodeid: u64, nlookup: u64) {
+        self.inodes.forget(nodeid, nlookup);
+    }
+
+    /// `fh` is `Some` when the guest sent FUSE_GETATTR_FH.
+    pub fn getattr(&self, _ctx: &Context, nodeid: u64, fh: Option<u64>) -> io::Result<Attr> {
+        self.statx_node(nodeid, fh, 0, sys::STATX_WANTED)
+            .map(|st| self.attr(st))
+    }
+
+    /// FUSE_STATX: `flags` are `AT_*` sync flags, `mask` the `STATX_*` fields wanted.
+    pub fn statx(
+        &self,
+        _ctx: &Context,
+        nodeid: u64,
+        fh: Option<u64>,
+        flags: u32,
+        mask: u32,
+    ) -> io::Result<Attr> {
+        let sync = flags as i32 & libc::AT_STATX_SYNC_TYPE;
+        self.statx_node(nodeid, fh, sync, mask | sys::STATX_WANTED)
+            .map(|st| self.attr(st))
+    }
+
+    fn statx_node(
+        &self,
+        nodeid: u64,
+        fh: Option<u64>,
+        flags: i32,
+        mask: u32,
+    ) -> io::Result<libc::statx> {
+        if let Some(fh) = fh {
+            let file = self.handles.get(fh)?;
+            return sys::statx(file.file.as_fd(), c"", flags, mask);
+        }
+        let inode = self.inodes.get(nodeid)?;
+        let fd = inode.path_fd(&self.mounts)?;
+        sys::statx(fd.as_fd(), c"", flags, mask)
+    }
+
+    pub fn setattr(&self, _ctx: &Context, nodeid: u64, attr: &SetattrIn) -> io::Result<Attr> {
+        self.check_writable()?;
+        let inode = self.inodes.get(nodeid)?;
+        let file = if attr.valid & FATTR_FH != 0 {
+            Some(self.handles.get(attr.fh)?)
+        } else {
+            None
+        };
+        let path_fd = inode.path_fd(&self.mounts)?;
+        // The fd the changes go through: the open file if given, else the inode's O_PATH fd
+        // (reached through /proc/self/fd where the syscall wants a path).
+        let proc_name =
+            std::ffi::CString::new(path_fd.as_fd().as_raw_fd().to_string()).expect("digits");
+        let valid = attr.valid;
+        if valid & FATTR_MODE != 0 {
+            if inode.is_symlink() {
+                return Err(err(libc::EOPNOTSUPP));
+            }
+            // SAFETY: valid fds and C string.
+            check(match &file {
+                Some(f) => unsafe { libc::fchmod(f.file.as_raw_fd(), attr.mode) },
+                None => unsafe {
+                    libc::fchmodat(
+                        self.proc_self_fd.as_raw_fd(),
+                        proc_name.as_ptr(),
+                        attr.mode,
+                        0,
+                    )
+                },
+            })?;
+        }
+        if valid & (FATTR_UID | FATTR_GID) != 0 {
+            let uid = if valid & FATTR_UID != 0 {
+                attr.uid
+            } else {
+                u32::MAX
+            };
+            let gid = if valid & FATTR_GID != 0 {
+                attr.gid
+            } else {
+                u32::MAX
+            };
+            // SAFETY: valid fd, empty path with AT_EMPTY_PATH.
+            check(unsafe {
+                libc::fchownat(
+                    path_fd.as_fd().as_raw_fd(),
+                    c"".as_ptr(),
+                    uid,
+                    gid,
+                    libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+                )
+            })?;
+        }
+        if valid & FATTR_SIZE != 0 {
+            let size = i64::try_from(attr.size).map_err(|_| err(libc::EFBIG))?;
+            match &file {
+                // SAFETY: valid fd.
+                Some(f) => check(unsafe { libc::ftruncate(f.file.as_raw_fd(), size) })?,
+                None => {
+                    if inode.is_dir() {
+                        return Err(err(libc::EISDIR));
+                    }
+                    if inode.kind != libc::S_IFREG {
+                        // Opening a device or FIFO to truncate it could have side effects.
+                        return Err(err(libc::EINVAL));
+                    }
+                    let f = inode.open(
+                        &self.mounts,
+                        self.proc_self_fd.as_fd(),
+                        libc::O_WRONLY | libc::O_NONBLOCK,
+                    )?;
+                    // SAFETY: valid fd.
+                    check(unsafe { libc::ftruncate(f.as_raw_fd(), size) })?
+                }
+            };
+        }
+        if valid & (FATTR_ATIME | FATTR_MTIME) != 0 {
+            let time = |set: u32, now: u32, sec: u64, nsec: u32| libc::timespec {
+                tv_sec: sec as i64,
+                tv_nsec: if valid & set == 0 {
+                    libc::UTIME_OMIT
+                } else if valid & now != 0 {
+                    libc::UTIME_NOW
+                } else {
+                    nsec as i64
+                },
+            };
+            let times = [
+                time(FATTR_ATIME, FATTR_ATIME_NOW, attr.atime, attr.atimensec),
+                time(FATTR_MTIME, FATTR_MTIME_NOW, attr.mtime, attr.mtimensec),
+            ];
+            // SAFETY: valid fds, C string and a two-element times array.
+            check(match &file {
+                Some(f) => unsafe { libc::futimens(f.file.as_raw_fd(), times.as_ptr()) },
+                None if inode.is_symlink() => return Err(err(libc::EOPNOTSUPP)),
+                None => unsafe {
+                    libc::utimensat(
+                        self.proc_self_fd.as_raw_fd(),
+                        proc_name.as_ptr(),
+                        times.as_ptr(),
+                        0,
+                    )
+                },
+            })?;
+        }
+        sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED).map(|st| self.attr(st))
+    }
+
+    pub fn readlink(&self, _ctx: &Context, nodeid: u64) -> io::Result<Vec<u8>> {
+        let inode = self.inodes.get(nodeid)?;
+        if !inode.is_symlink() {
+            return Err(err(libc::EINVAL));
+        }
+        let fd = inode.path_fd(&self.mounts)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: valid fd, empty path (the fd is the link), writable buffer of buf.len() bytes.
+        let n = unsafe {
+            libc::readlinkat(
+                fd.as_fd().as_raw_fd(),
+                c"".as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
+
+    /// Runs `make` (a syscall creating `name` in `parent`) with the caller's credentials, then
+    /// looks the new name up.
+    fn create_node(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        make: impl FnOnce(BorrowedFd) -> libc::c_int,
+    ) -> io::Result<Entry> {
+        self.check_writable()?;
+        check_name(name)?;
+        let dir = self.dir(parent)?;
+        let fd = dir.path_fd(&self.mounts)?;
+        {
+            let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
+            check(make(fd.as_fd()))?;
+        }
+        self.lookup_at(&dir, fd.as_fd(), name)
+    }
+
+    pub fn symlink(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        target: &CStr,
+    ) -> io::Result<Entry> {
+        // SAFETY (closure): valid C strings and fd.
+        self.create_node(ctx, parent, name, |d| unsafe {
+            libc::symlinkat(target.as_ptr(), d.as_raw_fd(), name.as_ptr())
+        })
+    }
+
+    /// `mode` includes the file type bits; the guest kernel already applied the umask.
+    pub fn mknod(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        mode: u32,
+        rdev: u32,
+    ) -> io::Result<Entry> {
+        // SAFETY (closure): valid C string and fd.
+        self.create_node(ctx, parent, name, |d| unsafe {
+            libc::mknodat(d.as_raw_fd(), name.as_ptr(), mode, libc::dev_t::from(rdev))
+        })
+    }
+
+    pub fn mkdir(&self, ctx: &Context, parent: u64, name: &CStr, mode: u32) -> io::Result<Entry> {
+        // SAFETY (closure): valid C string and fd.
+        self.create_node(ctx, parent, name, |d| unsafe {
+            libc::mkdirat(d.as_raw_fd(), name.as_ptr(), mode)
+        })
+    }
+
+    fn remove(&self, parent: u64, name: &CStr, flags: i32) -> io::Result<()> {
+        self.check_writable()?;
+        check_name(name)?;
+        let dir = self.dir(parent)?;
+        let fd = dir.path_fd(&self.mounts)?;
+        // SAFETY: valid fd and C string.
+        check(unsafe { libc::unlinkat(fd.as_fd().as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+    }
+
+    pub fn unlink(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
+        self.remove(parent, name, 0)
+    }
+
+    pub fn rmdir(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
+        self.remove(parent, name, libc::AT_REMOVEDIR)
+    }
+
+    /// `flags`: 0 or `RENAME_NOREPLACE` / `RENAME_EXCHANGE` (FUSE_RENAME2).
+    pub fn rename(
+        &self,
+        _ctx: &Context,
+        olddir: u64,
+        oldname: &CStr,
+        newdir: u64,
+        newname: &CStr,
+        flags: u32,
+    ) -> io::Result<()> {
+        self.check_writable()?;
+        check_name(oldname)?;
+        check_name(newname)?;
+        if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
+            return Err(err(libc::EINVAL));
+        }
+        let (old, new) = (self.dir(olddir)?, self.dir(newdir)?);
+        let (oldfd, newfd) = (old.path_fd(&self.mounts)?, new.path_fd(&self.mounts)?);
+        // SAFETY: valid fds and C strings.
+        check(unsafe {
+            libc::renameat2(
+                oldfd.as_fd().as_raw_fd(),
+                oldname.as_ptr(),
+                newfd.as_fd().as_raw_fd(),
+                newname.as_ptr(),
+                flags,
+            )
+        })
+        .map(drop)
+    }
+
+    pub fn link(
+        &self,
+        _ctx: &Context,
+        nodeid: u64,
+        newparent: u64,
+        newname: &CStr,
+    ) -> io::Result<Entry> {
+        self.check_writable()?;
+        check_name(newname)?;
+        let inode = self.inodes.get(nodeid)?;
+        if inode.is_dir() {
+            return Err(err(libc::EPERM));
+        }
+        let dir = self.dir(newparent)?;
+        let (fd, dirfd) = (inode.path_fd(&self.mounts)?, dir.path_fd(&self.mounts)?);
+        // SAFETY: valid fds and C strings; AT_EMPTY_PATH links the inode `fd` refers to.
+        check(unsafe {
+            libc::linkat(
+                fd.as_fd().as_raw_fd(),
+                c"".as_ptr(),
+                dirfd.as_fd().as_raw_fd(),
+                newname.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        })?;
+        self.lookup_at(&dir, dirfd.as_fd(), newname)
+    }
+}

@@ -1,0 +1,316 @@
+//! Open files: OPEN/CREATE/TMPFILE, data access, sync, space and whole-filesystem operations.
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io;
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
+
+use super::sys::{self, check};
+use super::{
+    check_name, err, Context, Entry, Opened, PassthroughFs, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE,
+};
+use crate::credentials::Credentials;
+use crate::handle_table::OpenFile;
+use crate::inode_table::{Inode, InodeKey, InodeSource};
+
+/// Open flags the guest may not pass through: creation is done by CREATE, O_NOCTTY and
+/// O_DIRECT are the daemon's business (no `--allow-direct-io` yet).
+const STRIPPED_FLAGS: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT;
+
+impl PassthroughFs {
+    /// The flags we open with for guest open(2) `flags`, refusing writes on a read-only share.
+    fn open_flags(&self, flags: u32) -> io::Result<i32> {
+        let flags = (flags as i32 & !STRIPPED_FLAGS) | libc::O_NOFOLLOW;
+        if self.cfg.readonly
+            && (flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0)
+        {
+            return Err(err(libc::EROFS));
+        }
+        Ok(flags)
+    }
+
+    fn fopen_flags(&self) -> u32 {
+        let mut f = 0;
+        if self.cfg.direct_io {
+            f |= FOPEN_DIRECT_IO;
+        }
+        if self.cfg.keep_cache {
+            f |= FOPEN_KEEP_CACHE;
+        }
+        f
+    }
+
+    /// `flags`: the guest's open(2) flags.
+    pub fn open(&self, _ctx: &Context, nodeid: u64, flags: u32) -> io::Result<Opened> {
+        let flags = self.open_flags(flags)?;
+        let inode = self.inodes.get(nodeid)?;
+        if inode.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(err(libc::EISDIR));
+        }
+        let token = self.budget.take()?;
+        let fd = inode.open(&self.mounts, self.proc_self_fd.as_fd(), flags)?;
+        let fh = self
+            .handles
+            .insert(OpenFile::new(nodeid, File::from(fd), false, token));
+        Ok(Opened {
+            fh,
+            open_flags: self.fopen_flags(),
+        })
+    }
+
+    pub fn create(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        mode: u32,
+        flags: u32,
+    ) -> io::Result<(Entry, Opened)> {
+        self.check_writable()?;
+        check_name(name)?;
+        let flags = self.open_flags(flags)? | libc::O_CREAT;
+        let dir = self.inodes.get(parent)?;
+        if !dir.is_dir() {
+            return Err(err(libc::ENOTDIR));
+        }
+        let dirfd = dir.path_fd(&self.mounts)?;
+        let token = self.budget.take()?;
+        let fd = {
+            let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
+            sys::openat(dirfd.as_fd(), name, flags, mode & 0o7777)?
+        };
+        let entry = self.lookup_at(&dir, dirfd.as_fd(), name)?;
+        let fh = self
+            .handles
+            .insert(OpenFile::new(entry.nodeid, File::from(fd), false, token));
+        Ok((
+            entry,
+            Opened {
+                fh,
+                open_flags: self.fopen_flags(),
+            },
+        ))
+    }
+
+    /// O_TMPFILE in directory `parent`. The unnamed inode is held by an O_PATH fd (a handle of
+    /// an unlinked inode cannot be opened again), so LINK can give it a name later.
+    pub fn tmpfile(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        mode: u32,
+        flags: u32,
+    ) -> io::Result<(Entry, Opened)> {
+        self.check_writable()?;
+        let mut flags = self.open_flags(flags)? & !libc::O_TRUNC;
+        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+        }
+        let dir = self.inodes.get(parent)?;
+        if !dir.is_dir() {
+            return Err(err(libc::ENOTDIR));
+        }
+        let dirfd = dir.path_fd(&self.mounts)?;
+        let (file_token, path_token) = (self.budget.take()?, self.budget.take()?);
+        let fd = {
+            let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
+            sys::openat(dirfd.as_fd(), c".", flags | libc::O_TMPFILE, mode & 0o7777)?
+        };
+        let name = std::ffi::CString::new(fd.as_raw_fd().to_string()).expect("digits");
+        let path_fd = sys::openat(self.proc_self_fd.as_fd(), &name, libc::O_PATH, 0)?;
+        let st = sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
+        let key = InodeKey {
+            ino: st.stx_ino,
+            dev: sys::dev_of(&st),
+            mnt_id: st.stx_mnt_id,
+        };
+        let source = InodeSource::Fd {
+            fd: path_fd,
+            _token: path_token,
+        };
+        let inode = self.inodes.insert(Inode::new(key, libc::S_IFREG, source));
+        let fh = self.handles.insert(OpenFile::new(
+            inode.nodeid,
+            File::from(fd),
+            false,
+            file_token,
+        ));
+        let entry = Entry {
+            nodeid: inode.nodeid,
+            generation: 0,
+            attr: st,
+            attr_flags: 0,
+            entry_timeout: self.cfg.entry_timeout,
+            attr_timeout: self.cfg.attr_timeout,
+        };
+        Ok((
+            entry,
+            Opened {
+                fh,
+                open_flags: self.fopen_flags(),
+            },
+        ))
+    }
+
+    /// Runs `f` on the open file `fh` (READ/WRITE do their preadv/pwritev into guest memory in
+    /// `f`). No lock is held while `f` runs.
+    pub fn with_file<R>(
+        &self,
+        fh: u64,
+        f: impl FnOnce(&mut File) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let open = self.handles.get(fh)?;
+        if open.dir.is_some() {
+            return Err(err(libc::EISDIR));
+        }
+        // A second `File` on the same fd, never closed: `open` keeps the fd alive meanwhile.
+        // SAFETY: the fd is valid while `open` lives, and ManuallyDrop never closes it.
+        let mut file = ManuallyDrop::new(unsafe { File::from_raw_fd(open.file.as_raw_fd()) });
+        f(&mut file)
+    }
+
+    /// Nothing to do: the daemon holds no POSIX locks and no write-back state for an open file,
+    /// so a close in the guest changes nothing on the host before RELEASE.
+    pub fn flush(&self, _ctx: &Context, _nodeid: u64, fh: u64, _lock_owner: u64) -> io::Result<()> {
+        self.handles.get(fh).map(drop)
+    }
+
+    pub fn release(&self, _ctx: &Context, _nodeid: u64, fh: u64) -> io::Result<()> {
+        self.handles.remove(fh)
+    }
+
+    pub fn fsync(&self, _ctx: &Context, _nodeid: u64, fh: u64, datasync: bool) -> io::Result<()> {
+        sys::sync_fd(self.handles.get(fh)?.file.as_fd(), datasync)
+    }
+
+    pub fn fallocate(
+        &self,
+        _ctx: &Context,
+        _nodeid: u64,
+        fh: u64,
+        mode: u32,
+        offset: u64,
+        length: u64,
+    ) -> io::Result<()> {
+        self.check_writable()?;
+        let f = self.handles.get(fh)?;
+        let off = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
+        let len = i64::try_from(length).map_err(|_| err(libc::EINVAL))?;
+        // SAFETY: valid fd.
+        check(unsafe { libc::fallocate64(f.file.as_raw_fd(), mode as i32, off, len) }).map(drop)
+    }
+
+    pub fn lseek(
+        &self,
+        _ctx: &Context,
+        _nodeid: u64,
+        fh: u64,
+        offset: u64,
+        whence: u32,
+    ) -> io::Result<u64> {
+        let f = self.handles.get(fh)?;
+        let off = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
+        // SAFETY: valid fd. The shared file offset is not used by I/O (which is positional).
+        let ret = unsafe { libc::lseek64(f.file.as_raw_fd(), off, whence as i32) };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ret as u64)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_file_range(
+        &self,
+        _ctx: &Context,
+        _nodeid_in: u64,
+        fh_in: u64,
+        off_in: u64,
+        _nodeid_out: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+        flags: u64,
+    ) -> io::Result<usize> {
+        self.check_writable()?;
+        let (fin, fout) = (self.handles.get(fh_in)?, self.handles.get(fh_out)?);
+        let mut oin = i64::try_from(off_in).map_err(|_| err(libc::EINVAL))?;
+        let mut oout = i64::try_from(off_out).map_err(|_| err(libc::EINVAL))?;
+        let flags = u32::try_from(flags).map_err(|_| err(libc::EINVAL))?;
+        // SAFETY: valid fds and offset pointers.
+        let n = unsafe {
+            libc::copy_file_range(
+                fin.file.as_raw_fd(),
+                &mut oin,
+                fout.file.as_raw_fd(),
+                &mut oout,
+                len as usize,
+                flags,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    pub fn statfs(&self, _ctx: &Context, nodeid: u64) -> io::Result<libc::statvfs64> {
+        let inode = self.inodes.get(nodeid)?;
+        let fd = inode.path_fd(&self.mounts)?;
+        let mut st = std::mem::MaybeUninit::<libc::statvfs64>::zeroed();
+        // SAFETY: valid fd (fstatfs accepts O_PATH fds) and a writable buffer.
+        check(unsafe { libc::fstatvfs64(fd.as_fd().as_raw_fd(), st.as_mut_ptr()) })?;
+        // SAFETY: filled by the kernel.
+        Ok(unsafe { st.assume_init() })
+    }
+
+    pub fn syncfs(&self, _ctx: &Context, nodeid: u64) -> io::Result<()> {
+        let inode = self.inodes.get(nodeid)?;
+        // syncfs() refuses O_PATH fds: open the inode for real (read-only, without side effects
+        // for the directories and regular files it is sent for).
+        if !inode.is_dir() && inode.kind != libc::S_IFREG {
+            return Err(err(libc::EINVAL));
+        }
+        let fd = inode.open(
+            &self.mounts,
+            self.proc_self_fd.as_fd(),
+            libc::O_RDONLY | libc::O_NONBLOCK,
+        )?;
+        // SAFETY: valid fd.
+        check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+    }
+
+    /// ACCESS: checks `mask` (R_OK/W_OK/X_OK) against the inode's mode for the caller, as the
+    /// kernel's generic permission check does (root may read and write anything, and execute what
+    /// anyone may execute).
+    pub fn access(&self, ctx: &Context, nodeid: u64, mask: u32) -> io::Result<()> {
+        let st = self.statx_of(nodeid)?;
+        let mode = st.stx_mode as u32;
+        if mask == libc::F_OK as u32 {
+            return Ok(());
+        }
+        if mask & libc::W_OK as u32 != 0 && self.cfg.readonly {
+            return Err(err(libc::EROFS));
+        }
+        let granted = if ctx.uid == 0 {
+            let any_x = mode & 0o111 != 0 || mode & libc::S_IFMT == libc::S_IFDIR;
+            0o6 | if any_x { 0o1 } else { 0 }
+        } else if st.stx_uid == ctx.uid {
+            (mode >> 6) & 0o7
+        } else if st.stx_gid == ctx.gid {
+            (mode >> 3) & 0o7
+        } else {
+            mode & 0o7
+        };
+        if mask & 0o7 & !granted != 0 {
+            return Err(err(libc::EACCES));
+        }
+        Ok(())
+    }
+
+    fn statx_of(&self, nodeid: u64) -> io::Result<libc::statx> {
+        let inode = self.inodes.get(nodeid)?;
+        let fd = inode.path_fd(&self.mounts)?;
+        sys::statx(fd.as_fd(), c"", 0, libc::STATX_BASIC_STATS)
+    }
+}
