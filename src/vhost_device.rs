@@ -1,0 +1,197 @@
+//! The vhost-user device: virtio-fs queues served by vhost-user-backend.
+//!
+//! Queue 0 is the high-priority queue (FORGET, INTERRUPT), queues 1..=N are request queues; the
+//! frontend picks how many it uses (up to [`MAX_REQUEST_QUEUES`]) with the MQ protocol feature.
+//! Every queue has its own worker thread (vhost-user-backend's epoll loop), which pops a chain,
+//! hands it to the [`FuseServer`], puts the reply length in the used ring and notifies the guest
+//! (with EVENT_IDX, only when the guest asked to be notified).
+//!
+//! Locks: the vring's own lock is taken only to pop a chain and to add a used entry, never while a
+//! request runs, so the frontend thread (GET_VRING_BASE and friends) is never blocked by I/O.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::bitmap::BitmapMmapRegion;
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use vm_memory::{ByteValued, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+
+use crate::fuse_server::FuseServer;
+
+/// Guest memory as the backend maps it (with dirty-page logging support).
+pub type GuestMemory = GuestMemoryMmap<BitmapMmapRegion>;
+type Vring = VringRwLock<GuestMemoryAtomic<GuestMemory>>;
+
+/// Request queues offered to the frontend (plus the high-priority queue).
+pub const MAX_REQUEST_QUEUES: usize = 16;
+/// Largest queue the frontend may configure.
+pub const MAX_QUEUE_SIZE: usize = 1024;
+
+/// `struct virtio_fs_config` (virtio spec 5.11.4).
+#[repr(C, packed)]
+#[derive(Clone, Copy)]
+struct VirtioFsConfig {
+    tag: [u8; 36],
+    num_request_queues: u32,
+}
+// SAFETY: plain bytes, no padding (packed).
+unsafe impl ByteValued for VirtioFsConfig {}
+
+/// The virtio-fs backend; cheap to clone (vhost-user-backend wants `Clone`).
+#[derive(Clone)]
+pub struct VhostFsBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    server: Arc<FuseServer>,
+    mem: RwLock<Option<GuestMemoryAtomic<GuestMemory>>>,
+    event_idx: AtomicBool,
+    tag: Option<[u8; 36]>,
+}
+
+impl VhostFsBackend {
+    /// `tag`: the mount tag to expose in the device config (`--tag`), at most 36 bytes.
+    pub fn new(server: Arc<FuseServer>, tag: Option<&str>) -> io::Result<VhostFsBackend> {
+        let tag = match tag {
+            None => None,
+            Some(t) if t.is_empty() || t.len() > 36 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("--tag must be 1 to 36 bytes long, not {}", t.len()),
+                ))
+            }
+            Some(t) => {
+                let mut b = [0u8; 36];
+                b[..t.len()].copy_from_slice(t.as_bytes());
+                Some(b)
+            }
+        };
+        Ok(VhostFsBackend {
+            inner: Arc::new(Inner {
+                server,
+                mem: RwLock::new(None),
+                event_idx: AtomicBool::new(false),
+                tag,
+            }),
+        })
+    }
+
+    /// Serves every chain available on `vring`.
+    fn process_queue(&self, vring: &Vring) -> io::Result<()> {
+        let Some(atomic) = self.inner.mem.read().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return Err(io::Error::other("request before the memory table"));
+        };
+        let event_idx = self.inner.event_idx.load(Ordering::Relaxed);
+        loop {
+            if event_idx {
+                vring.disable_notification().map_err(io::Error::other)?;
+            }
+            loop {
+                let mem = atomic.memory();
+                let chain = vring.get_mut().get_queue_mut().pop_descriptor_chain(mem.clone());
+                let Some(chain) = chain else { break };
+                let head = chain.head_index();
+                let used = self.inner.server.handle_chain(&*mem, chain);
+                vring.add_used(head, used).map_err(io::Error::other)?;
+                let notify = !event_idx || vring.needs_notification().map_err(io::Error::other)?;
+                if notify {
+                    vring.signal_used_queue()?;
+                }
+            }
+            // With EVENT_IDX, re-enable notifications and look again: the guest may have added
+            // chains after the last pop and before it saw notifications enabled.
+            if !event_idx || !vring.enable_notification().map_err(io::Error::other)? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl VhostUserBackend for VhostFsBackend {
+    type Bitmap = BitmapMmapRegion;
+    type Vring = Vring;
+
+    fn num_queues(&self) -> usize {
+        1 + MAX_REQUEST_QUEUES
+    }
+
+    fn max_queue_size(&self) -> usize {
+        MAX_QUEUE_SIZE
+    }
+
+    fn features(&self) -> u64 {
+        1 << VIRTIO_F_VERSION_1
+            | 1 << VIRTIO_RING_F_INDIRECT_DESC
+            | 1 << VIRTIO_RING_F_EVENT_IDX
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        let mut f = VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::BACKEND_REQ;
+        if self.inner.tag.is_some() {
+            f |= VhostUserProtocolFeatures::CONFIG;
+        }
+        f
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        self.inner.event_idx.store(enabled, Ordering::Relaxed);
+    }
+
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let Some(tag) = self.inner.tag else { return Vec::new() };
+        let cfg = VirtioFsConfig {
+            tag,
+            num_request_queues: (MAX_REQUEST_QUEUES as u32).to_le(),
+        };
+        let bytes = cfg.as_slice();
+        let start = (offset as usize).min(bytes.len());
+        let end = start.saturating_add(size as usize).min(bytes.len());
+        bytes[start..end].to_vec()
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemory>) -> io::Result<()> {
+        *self.inner.mem.write().unwrap_or_else(|e| e.into_inner()) = Some(mem);
+        Ok(())
+    }
+
+    /// One worker thread per queue.
+    fn queues_per_thread(&self) -> Vec<u64> {
+        (0..self.num_queues()).map(|q| 1u64 << q).collect()
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()
+    }
+
+    fn handle_event(&self, device_event: u16, evset: EventSet, vrings: &[Vring], _thread: usize) -> io::Result<()> {
+        if evset != EventSet::IN {
+            return Err(io::Error::other(format!("unexpected event set {evset:?}")));
+        }
+        // Each thread has one queue, so the event is its index among this thread's queues: 0.
+        let vring = vrings
+            .get(device_event as usize)
+            .ok_or_else(|| io::Error::other(format!("unexpected queue event {device_event}")))?;
+        self.process_queue(vring)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_layout() {
+        assert_eq!(std::mem::size_of::<VirtioFsConfig>(), 40);
+    }
+}
