@@ -1,1 +1,2 @@
 //! vhostfs: a vhost-user virtio-fs daemon. See docs/ARCHITECTURE.md for the map.
+pub mod pid_file;
