@@ -1,2 +1,3 @@
 //! vhostfs: a vhost-user virtio-fs daemon. See docs/ARCHITECTURE.md for the map.
+pub mod logger;
 pub mod pid_file;
