@@ -369,6 +369,8 @@ fn requirements() {
 fn fd_validation() {
     let dir = std::env::temp_dir().join(format!("vhostfs-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // A socket left by an earlier, aborted run with the same pid would make bind fail.
+    let _ = std::fs::remove_file(dir.join("listen.sock"));
     let listener = UnixListener::bind(dir.join("listen.sock")).unwrap();
     let fd = listener.as_raw_fd().to_string();
     let arg = format!("--fd={fd}");
