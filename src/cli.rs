@@ -1,7 +1,759 @@
-//! Placeholder until the CLI module lands (branch `cli`).
+//! Command line of vhostfs: a drop-in for the command line of virtiofsd 1.14.
+//!
+//! Every option that `virtiofsd --help` lists is known to the parser, with the same spelling
+//! and value syntax (including the legacy `-o` comma-separated forms), so that management
+//! stacks (libvirt, Proxmox, hookscripts) calling `virtiofsd --fd=N ...` keep working.
+//! Options whose effect vhostfs does not implement yet are rejected at parse time with a
+//! one-line `not supported yet: --OPTION` error, unless the value given is the behaviour
+//! vhostfs already has (e.g. `--sandbox=none`, `--posix-acl=never`, `--no-killpriv-v2`).
+//! `docs/options.md` lists every option with its status.
+
+use clap::{CommandFactory, FromArgMatches, Parser};
+use std::ffi::OsString;
+use std::fmt;
+use std::mem::MaybeUninit;
+use std::os::unix::io::RawFd;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Maximum length in bytes of `--tag` (the size of the tag field of the virtio-fs config space).
+pub const MAX_TAG_LEN: usize = 36;
+
+/// What the process should do, as decided by the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Serve a shared directory over vhost-user.
+    Run(Config),
+    /// Print [`capabilities_json`] on stdout and exit 0 (`--print-capabilities`).
+    PrintCapabilities,
+    /// Print `text` and exit with `code`: `--help`, `--version`, or the help shown when no
+    /// argument is given. `text` goes to stderr when `stderr` is true, else to stdout.
+    Exit {
+        /// The text to print, as rendered by clap (ends with a newline).
+        text: String,
+        /// Print on stderr rather than stdout.
+        stderr: bool,
+        /// The process exit code.
+        code: i32,
+    },
+}
+
+/// Where the vhost-user socket comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SocketSource {
+    /// `--socket-path PATH` (or the deprecated `--socket PATH`): vhostfs creates the socket.
+    Path(PathBuf),
+    /// `--fd N`: an already-listening socket inherited from the caller (checked to be an open
+    /// socket at parse time).
+    Fd(RawFd),
+}
+
+/// When to reference inodes by file handle rather than by an `O_PATH` file descriptor
+/// (`--inode-file-handles=never|prefer|mandatory`; `fallback` is a deprecated alias of
+/// `prefer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InodeFileHandles {
+    /// Always use `O_PATH` file descriptors.
     Never,
+    /// Use file handles where the filesystem supports them, else `O_PATH` descriptors.
     Prefer,
+    /// Always use file handles; fail where they are not supported.
     Mandatory,
 }
+
+impl FromStr for InodeFileHandles {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "never" => Ok(Self::Never),
+            "prefer" | "fallback" => Ok(Self::Prefer),
+            "mandatory" => Ok(Self::Mandatory),
+            _ => Err("expected one of: never, prefer, mandatory".into()),
+        }
+    }
+}
+
+/// The caching policy told to the guest (`--cache=auto|always|metadata|never`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Close-to-open consistency, 1 s metadata timeouts (the default).
+    Auto,
+    /// The guest may cache data and metadata for a day.
+    Always,
+    /// Metadata is cached for a day, file data is not cached.
+    Metadata,
+    /// Nothing is cached: direct I/O, zero timeouts.
+    Never,
+}
+
+impl CacheMode {
+    /// Entry (dentry) timeout given to the guest, as virtiofsd does.
+    pub fn entry_timeout(self) -> Duration {
+        match self {
+            CacheMode::Auto => Duration::from_secs(1),
+            CacheMode::Always | CacheMode::Metadata => Duration::from_secs(86400),
+            CacheMode::Never => Duration::ZERO,
+        }
+    }
+
+    /// Attribute timeout given to the guest; the same as [`CacheMode::entry_timeout`].
+    pub fn attr_timeout(self) -> Duration {
+        self.entry_timeout()
+    }
+
+    /// Whether opened files must bypass the guest page cache (`FOPEN_DIRECT_IO`).
+    pub fn direct_io(self) -> bool {
+        self == CacheMode::Never
+    }
+
+    /// The option value naming this mode (`auto`, `always`, `metadata`, `never`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheMode::Auto => "auto",
+            CacheMode::Always => "always",
+            CacheMode::Metadata => "metadata",
+            CacheMode::Never => "never",
+        }
+    }
+}
+
+impl fmt::Display for CacheMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CacheMode {
+    type Err = String;
+
+    /// Parses a `--cache` value; case-insensitive like virtiofsd.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(CacheMode::Auto),
+            "always" => Ok(CacheMode::Always),
+            "metadata" => Ok(CacheMode::Metadata),
+            "never" => Ok(CacheMode::Never),
+            _ => Err("expected one of: auto, always, metadata, never".into()),
+        }
+    }
+}
+
+/// Everything the daemon needs to run, resolved from the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The vhost-user socket.
+    pub socket: SocketSource,
+    /// The directory to share (`--shared-dir` or `-o source=`); not checked to exist here.
+    pub shared_dir: PathBuf,
+    /// `--inode-file-handles` (default `prefer`).
+    pub inode_file_handles: InodeFileHandles,
+    /// `--cache` or `-o cache=` (default `auto`).
+    pub cache: CacheMode,
+    /// `--thread-pool-size` (default 0: requests are served on the queue thread).
+    pub thread_pool_size: usize,
+    /// `--rlimit-nofile`; `None` means virtiofsd's default (min(1000000, fs.nr_open)) and
+    /// `Some(0)` leaves the limit unchanged.
+    pub rlimit_nofile: Option<u64>,
+    /// `--readonly`.
+    pub readonly: bool,
+    /// `--xattr`, `-o xattr` / `-o no_xattr` (default off).
+    pub xattr: bool,
+    /// `--announce-submounts` / `--no-announce-submounts` (default on).
+    pub announce_submounts: bool,
+    /// `--log-level`, `-o loglevel=`, `-d` (default `info`).
+    pub log_level: log::LevelFilter,
+    /// `--syslog`: log to syslog instead of stderr.
+    pub syslog: bool,
+    /// `--tag`: the tag advertised in the device config space (at most [`MAX_TAG_LEN`] bytes).
+    pub tag: Option<String>,
+    /// Warnings about deprecated spellings that were used (`-o`, `-d`, `-f`, `--socket`,
+    /// `fallback`), worded as virtiofsd words them; to be logged once logging is set up.
+    pub deprecations: Vec<String>,
+}
+
+/// A command-line error: one line, without the `error:` prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CliError(String);
+
+impl CliError {
+    fn new(message: impl Into<String>) -> Self {
+        CliError(message.into())
+    }
+
+    /// The one-line message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// The backend capabilities, in the vhost-user.json form printed by `--print-capabilities`
+/// (same layout as virtiofsd 1.14; without trailing newline). Only what vhostfs supports is
+/// listed: `separate-options` (options given one by one rather than through `-o`).
+pub fn capabilities_json() -> String {
+    "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"separate-options\"\n  ]\n}".to_string()
+}
+
+const NEGOTIATION: &[&str] = &["never", "auto", "always"];
+const SANDBOX: &[&str] = &["namespace", "chroot", "none"];
+const SECCOMP: &[&str] = &["none", "kill", "log", "trap"];
+const INODE_FILE_HANDLES: &[&str] = &["never", "fallback", "prefer", "mandatory"];
+const MIGRATION_MODE: &[&str] = &["find-paths", "file-handles"];
+const MIGRATION_ON_ERROR: &[&str] = &["abort", "guest-error"];
+
+/// A clap value parser accepting one of `allowed` (case-insensitively when `fold`).
+fn one_of(
+    allowed: &'static [&'static str],
+    fold: bool,
+) -> impl Fn(&str) -> Result<String, String> + Clone + Send + Sync + 'static {
+    move |s: &str| {
+        let s = if fold {
+            s.to_ascii_lowercase()
+        } else {
+            s.to_string()
+        };
+        if allowed.contains(&s.as_str()) {
+            Ok(s)
+        } else {
+            Err(format!("expected one of: {}", allowed.join(", ")))
+        }
+    }
+}
+
+fn parse_cache(s: &str) -> Result<CacheMode, String> {
+    s.parse()
+}
+
+fn parse_log_level(s: &str) -> Result<log::LevelFilter, String> {
+    s.parse()
+        .map_err(|_| "expected one of: error, warn, info, debug, trace, off".to_string())
+}
+
+fn parse_tag(s: &str) -> Result<String, String> {
+    if !s.is_empty() && s.len() <= MAX_TAG_LEN {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "the tag may not be empty or longer than {MAX_TAG_LEN} bytes (encoded as UTF-8)"
+        ))
+    }
+}
+
+/// The raw command line, spelled as virtiofsd 1.14 spells it (same order as its `--help`).
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "vhostfs",
+    about = "Launch a vhostfs backend (a drop-in for virtiofsd).",
+    version,
+    args_override_self = true,
+    arg_required_else_help = true,
+    override_usage = "vhostfs --shared-dir <SHARED_DIR> --socket-path <SOCKET_PATH> [OPTIONS]"
+)]
+struct Opt {
+    /// Shared directory path
+    #[arg(long)]
+    shared_dir: Option<PathBuf>,
+
+    /// The tag that the virtio device advertises
+    #[arg(long, value_parser = parse_tag)]
+    tag: Option<String>,
+
+    /// vhost-user socket path [deprecated]
+    #[arg(long)]
+    socket: Option<PathBuf>,
+
+    /// vhost-user socket path
+    #[arg(long = "socket-path")]
+    socket_path: Option<PathBuf>,
+
+    /// Name of group for the vhost-user socket [not supported yet]
+    #[arg(long = "socket-group", conflicts_with_all = ["fd", "print_capabilities"])]
+    socket_group: Option<String>,
+
+    /// File descriptor for the listening (not yet connected) socket
+    #[arg(long, conflicts_with_all = ["socket_path", "socket"])]
+    fd: Option<RawFd>,
+
+    /// Maximum thread pool size. A value of "0" disables the pool
+    #[arg(long, default_value = "0")]
+    thread_pool_size: usize,
+
+    /// Enable support for extended attributes
+    #[arg(long)]
+    xattr: bool,
+
+    /// Enable support for posix ACLs (implies --xattr) [only "never" is supported yet]
+    #[arg(long, require_equals = true, default_value = "never", default_missing_value = "always",
+          num_args = 0..=1, value_name = "never|auto|always", value_parser = one_of(NEGOTIATION, false))]
+    posix_acl: String,
+
+    /// Add custom rules for translating extended attributes between host and guest
+    /// [not supported yet]
+    #[arg(long)]
+    xattrmap: Option<String>,
+
+    /// Sandbox mechanism to isolate the daemon process (namespace, chroot, none)
+    /// [only "none" is supported yet]
+    #[arg(long, default_value = "none", value_parser = one_of(SANDBOX, true))]
+    sandbox: String,
+
+    /// Prevent the guest from making modifications to the filesystem
+    #[arg(long)]
+    readonly: bool,
+
+    /// Action to take when seccomp finds a not allowed syscall (none, kill, log, trap)
+    /// [only "none" is supported yet]
+    #[arg(long, default_value = "none", value_parser = one_of(SECCOMP, false))]
+    seccomp: String,
+
+    /// Tell the guest which directories are mount points [default]
+    #[arg(long)]
+    announce_submounts: bool,
+
+    /// Do not tell the guest which directories are mount points
+    #[arg(long, overrides_with = "announce_submounts")]
+    no_announce_submounts: bool,
+
+    /// When to use file handles to reference inodes instead of O_PATH file descriptors
+    /// (never, prefer, mandatory; "fallback" is a deprecated alias for "prefer")
+    #[arg(long, require_equals = true, default_value = "prefer",
+          value_parser = one_of(INODE_FILE_HANDLES, false))]
+    inode_file_handles: String,
+
+    /// The caching policy the file system should use (auto, always, never, metadata)
+    #[arg(long, default_value = "auto", value_parser = parse_cache)]
+    cache: CacheMode,
+
+    /// Allow shared files to be mmap'd with --cache={metadata, never} [not supported yet]
+    #[arg(long)]
+    allow_mmap: bool,
+
+    /// Disable support for READDIRPLUS operations [not supported yet]
+    #[arg(long)]
+    no_readdirplus: bool,
+
+    /// Enable writeback cache [not supported yet]
+    #[arg(long)]
+    writeback: bool,
+
+    /// Honor the O_DIRECT flag passed down by guest applications [not supported yet]
+    #[arg(long)]
+    allow_direct_io: bool,
+
+    /// Print vhost-user.json backend program capabilities and exit
+    #[arg(long = "print-capabilities")]
+    print_capabilities: bool,
+
+    /// Modify the list of capabilities, e.g., --modcaps=+sys_admin:-chown [not supported yet]
+    #[arg(long)]
+    modcaps: Option<String>,
+
+    /// Log level (error, warn, info, debug, trace, off)
+    #[arg(long = "log-level", default_value = "info", value_parser = parse_log_level)]
+    log_level: log::LevelFilter,
+
+    /// Log to syslog [default: stderr]
+    #[arg(long)]
+    syslog: bool,
+
+    /// Set maximum number of file descriptors (0 leaves rlimit unchanged)
+    /// [default: min(1000000, '/proc/sys/fs/nr_open')]
+    #[arg(long = "rlimit-nofile")]
+    rlimit_nofile: Option<u64>,
+
+    /// Options in a format compatible with the legacy implementation [deprecated]
+    #[arg(short = 'o')]
+    compat_options: Vec<String>,
+
+    /// Set log level to "debug" [deprecated]
+    #[arg(short = 'd')]
+    compat_debug: bool,
+
+    /// Disable KILLPRIV V2 support [default]
+    #[arg(long = "no-killpriv-v2")]
+    no_killpriv_v2: bool,
+
+    /// Enable KILLPRIV V2 support [not supported yet]
+    #[arg(long, overrides_with = "no_killpriv_v2")]
+    killpriv_v2: bool,
+
+    /// Compatibility option that has no effect [deprecated]
+    #[arg(short = 'f')]
+    compat_foreground: bool,
+
+    /// Enable security label support (implies --xattr) [only "never" is supported yet]
+    #[arg(long = "security-label", require_equals = true, default_value = "never",
+          default_missing_value = "always", num_args = 0..=1, value_name = "never|auto|always",
+          value_parser = one_of(NEGOTIATION, false))]
+    security_label: String,
+
+    /// Map a range of UIDs from the host into the namespace, given as
+    /// :namespace_uid:host_uid:count: [not supported yet]
+    #[arg(long)]
+    uid_map: Vec<String>,
+
+    /// Map a range of GIDs from the host into the namespace, given as
+    /// :namespace_gid:host_gid:count: [not supported yet]
+    #[arg(long)]
+    gid_map: Vec<String>,
+
+    /// Describe how to translate UIDs between guest and host, given as
+    /// '<type>:<source base>:<target base>:<count>' [not supported yet]
+    #[arg(long)]
+    translate_uid: Vec<String>,
+
+    /// Same as '--translate-uid', but for GIDs [not supported yet]
+    #[arg(long)]
+    translate_gid: Vec<String>,
+
+    /// Preserve O_NOATIME behavior [not supported yet]
+    #[arg(long = "preserve-noatime")]
+    preserve_noatime: bool,
+
+    /// How to perform migration (find-paths, file-handles) [not supported yet]
+    #[arg(long = "migration-mode", value_parser = one_of(MIGRATION_MODE, false))]
+    migration_mode: Option<String>,
+
+    /// How to respond to errors during migration (abort, guest-error) [not supported yet]
+    #[arg(long = "migration-on-error", value_parser = one_of(MIGRATION_ON_ERROR, false))]
+    migration_on_error: Option<String>,
+
+    /// Ensure that the migration destination opens the very same inodes as the source
+    /// [not supported yet]
+    #[arg(long = "migration-verify-handles")]
+    migration_verify_handles: bool,
+
+    /// Double-check the identity of inodes before switching over to the migration destination
+    /// [not supported yet]
+    #[arg(long = "migration-confirm-paths")]
+    migration_confirm_paths: bool,
+}
+
+/// A setting that `-o` may override, with the spelling that last set it (for error messages).
+struct Tracked<T> {
+    value: T,
+    spelling: String,
+}
+
+impl<T> Tracked<T> {
+    fn new(value: T, spelling: impl Into<String>) -> Self {
+        Tracked {
+            value,
+            spelling: spelling.into(),
+        }
+    }
+
+    fn set(&mut self, value: T, spelling: &str) {
+        self.value = value;
+        self.spelling = spelling.to_string();
+    }
+}
+
+/// The settings after `-o` forms are applied on top of the long options (as virtiofsd does).
+struct Effective {
+    shared_dir: Option<PathBuf>,
+    cache: CacheMode,
+    log_level: log::LevelFilter,
+    xattr: bool,
+    announce_submounts: bool,
+    readdirplus: Tracked<bool>,
+    writeback: Tracked<bool>,
+    allow_direct_io: Tracked<bool>,
+    killpriv_v2: Tracked<bool>,
+    posix_acl: Tracked<String>,
+    security_label: Tracked<String>,
+    sandbox: Tracked<String>,
+    xattrmap: Tracked<bool>,
+    modcaps: Tracked<bool>,
+}
+
+impl Effective {
+    fn from_opt(opt: &Opt) -> Self {
+        let flag = |on: bool, name: &str| Tracked::new(on, format!("--{name}"));
+        let valued = |v: &str, name: &str| Tracked::new(v.to_string(), format!("--{name}={v}"));
+        Effective {
+            shared_dir: opt.shared_dir.clone(),
+            cache: opt.cache,
+            log_level: opt.log_level,
+            xattr: opt.xattr,
+            announce_submounts: !opt.no_announce_submounts,
+            readdirplus: Tracked::new(!opt.no_readdirplus, "--no-readdirplus"),
+            writeback: flag(opt.writeback, "writeback"),
+            allow_direct_io: flag(opt.allow_direct_io, "allow-direct-io"),
+            killpriv_v2: flag(opt.killpriv_v2, "killpriv-v2"),
+            posix_acl: valued(&opt.posix_acl, "posix-acl"),
+            security_label: valued(&opt.security_label, "security-label"),
+            sandbox: valued(&opt.sandbox, "sandbox"),
+            xattrmap: flag(opt.xattrmap.is_some(), "xattrmap"),
+            modcaps: flag(opt.modcaps.is_some(), "modcaps"),
+        }
+    }
+
+    /// Applies one `-o` item (`key=value` or `flag`), with virtiofsd's keys and values.
+    fn apply_compat(&mut self, item: &str) -> Result<(), CliError> {
+        let spelling = format!("-o {item}");
+        let invalid_value = |key: &str, value: &str| {
+            CliError::new(format!("invalid compat value '{value}' for '-o {key}'"))
+        };
+        if let Some((key, value)) = item.split_once('=') {
+            match key {
+                "source" => self.shared_dir = Some(PathBuf::from(value)),
+                "cache" => {
+                    self.cache = match value {
+                        "auto" => CacheMode::Auto,
+                        "always" => CacheMode::Always,
+                        "none" => CacheMode::Never,
+                        "metadata" => CacheMode::Metadata,
+                        _ => return Err(invalid_value(key, value)),
+                    }
+                }
+                "loglevel" => {
+                    self.log_level = match value {
+                        "debug" => log::LevelFilter::Debug,
+                        "info" => log::LevelFilter::Info,
+                        "warn" => log::LevelFilter::Warn,
+                        "err" => log::LevelFilter::Error,
+                        _ => return Err(invalid_value(key, value)),
+                    }
+                }
+                "sandbox" if ["namespace", "chroot"].contains(&value) => {
+                    self.sandbox.set(value.to_string(), &spelling)
+                }
+                "sandbox" => return Err(invalid_value(key, value)),
+                "xattrmap" => self.xattrmap.set(true, &spelling),
+                "modcaps" => self.modcaps.set(true, &spelling),
+                _ => return Err(invalid_compat_argument(item)),
+            }
+            return Ok(());
+        }
+        let negotiation = |on: bool| if on { "always" } else { "never" }.to_string();
+        match item {
+            "xattr" | "no_xattr" => self.xattr = item == "xattr",
+            "announce_submounts" => self.announce_submounts = true,
+            "readdirplus" | "no_readdirplus" => {
+                self.readdirplus.set(item == "readdirplus", &spelling)
+            }
+            "writeback" | "no_writeback" => self.writeback.set(item == "writeback", &spelling),
+            "allow_direct_io" | "no_allow_direct_io" => self
+                .allow_direct_io
+                .set(item == "allow_direct_io", &spelling),
+            "killpriv_v2" | "no_killpriv_v2" => {
+                self.killpriv_v2.set(item == "killpriv_v2", &spelling)
+            }
+            "posix_acl" | "no_posix_acl" => self
+                .posix_acl
+                .set(negotiation(item == "posix_acl"), &spelling),
+            "security_label" | "no_security_label" => self
+                .security_label
+                .set(negotiation(item == "security_label"), &spelling),
+            // Accepted and ignored by virtiofsd too (it never implemented flock/posix locks).
+            "no_posix_lock" | "no_flock" => {}
+            _ => return Err(invalid_compat_argument(item)),
+        }
+        Ok(())
+    }
+}
+
+fn invalid_compat_argument(item: &str) -> CliError {
+    CliError::new(format!("invalid compat argument '-o {item}'"))
+}
+
+/// Lists, in command-line order, the options that were given with an effect vhostfs does
+/// not implement yet.
+fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut check = |bad: bool, spelling: &str| {
+        if bad {
+            found.push(spelling.to_string());
+        }
+    };
+    check(opt.socket_group.is_some(), "--socket-group");
+    check(eff.posix_acl.value != "never", &eff.posix_acl.spelling);
+    check(eff.xattrmap.value, &eff.xattrmap.spelling);
+    check(eff.sandbox.value != "none", &eff.sandbox.spelling);
+    check(opt.seccomp != "none", &format!("--seccomp={}", opt.seccomp));
+    check(opt.allow_mmap, "--allow-mmap");
+    check(!eff.readdirplus.value, &eff.readdirplus.spelling);
+    check(eff.writeback.value, &eff.writeback.spelling);
+    check(eff.allow_direct_io.value, &eff.allow_direct_io.spelling);
+    check(eff.modcaps.value, &eff.modcaps.spelling);
+    check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
+    check(
+        eff.security_label.value != "never",
+        &eff.security_label.spelling,
+    );
+    check(!opt.uid_map.is_empty(), "--uid-map");
+    check(!opt.gid_map.is_empty(), "--gid-map");
+    check(!opt.translate_uid.is_empty(), "--translate-uid");
+    check(!opt.translate_gid.is_empty(), "--translate-gid");
+    check(opt.preserve_noatime, "--preserve-noatime");
+    check(opt.migration_mode.is_some(), "--migration-mode");
+    check(opt.migration_on_error.is_some(), "--migration-on-error");
+    check(opt.migration_verify_handles, "--migration-verify-handles");
+    check(opt.migration_confirm_paths, "--migration-confirm-paths");
+    found
+}
+
+/// Checks that `fd` is an open file descriptor referring to a socket.
+fn validate_fd(fd: RawFd) -> Result<(), CliError> {
+    // SAFETY: F_GETFD only reads the descriptor flags; an invalid fd yields EBADF.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        let err = std::io::Error::last_os_error();
+        return Err(CliError::new(format!(
+            "invalid value '{fd}' for '--fd <FD>': not an open file descriptor ({err})"
+        )));
+    }
+    let mut st = MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is a valid out-pointer for one `struct stat`.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } < 0 {
+        let err = std::io::Error::last_os_error();
+        return Err(CliError::new(format!(
+            "invalid value '{fd}' for '--fd <FD>': fstat failed ({err})"
+        )));
+    }
+    // SAFETY: fstat succeeded, so it filled `st`.
+    let mode = unsafe { st.assume_init() }.st_mode;
+    if mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(CliError::new(format!(
+            "invalid value '{fd}' for '--fd <FD>': not a socket"
+        )));
+    }
+    Ok(())
+}
+
+/// Turns a clap error into its first line, without the `error: ` prefix.
+fn one_line(err: &clap::Error) -> CliError {
+    let rendered = err.render().to_string();
+    let first = rendered
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    CliError::new(first.strip_prefix("error: ").unwrap_or(first).trim_end())
+}
+
+/// Parses the command line (`args` includes the program name, as from `std::env::args_os`).
+///
+/// Returns the [`Action`] to take, or a one-line [`CliError`] for a syntax error, a bad
+/// value, a missing required option, an invalid `--fd`, or an option vhostfs does not
+/// support yet. `--print-capabilities` is honoured once the syntax is valid, whatever else
+/// is given (as virtiofsd does).
+pub fn parse_args<I: IntoIterator<Item = OsString>>(args: I) -> Result<Action, CliError> {
+    let matches = match Opt::command().try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            return match e.kind() {
+                ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Ok(Action::Exit {
+                    text: e.render().to_string(),
+                    stderr: e.use_stderr(),
+                    code: e.exit_code(),
+                }),
+                _ => Err(one_line(&e)),
+            };
+        }
+    };
+    let opt = Opt::from_arg_matches(&matches).map_err(|e| one_line(&e))?;
+    resolve(opt)
+}
+
+/// Applies the compat forms, the support checks and the requirements to a parsed command line.
+fn resolve(opt: Opt) -> Result<Action, CliError> {
+    let mut eff = Effective::from_opt(&opt);
+    for line in &opt.compat_options {
+        for item in line.split(',') {
+            eff.apply_compat(item)?;
+        }
+    }
+    // Checked after syntax, like virtiofsd, so an invalid mode is reported as such.
+    let inode_file_handles = opt.inode_file_handles.parse().map_err(|e: String| {
+        CliError::new(format!(
+            "invalid value '{}' for '--inode-file-handles=<INODE_FILE_HANDLES>': {e}",
+            opt.inode_file_handles
+        ))
+    })?;
+
+    if opt.print_capabilities {
+        return Ok(Action::PrintCapabilities);
+    }
+
+    let unsupported = unsupported(&opt, &eff);
+    if !unsupported.is_empty() {
+        return Err(CliError::new(format!(
+            "not supported yet: {}",
+            unsupported.join(", ")
+        )));
+    }
+
+    let mut deprecations = Vec::new();
+    let socket = match (opt.fd, &opt.socket_path, &opt.socket) {
+        (Some(fd), _, _) => {
+            validate_fd(fd)?;
+            SocketSource::Fd(fd)
+        }
+        (None, Some(path), _) => SocketSource::Path(path.clone()),
+        (None, None, Some(path)) => {
+            deprecations.push(
+                "use of deprecated parameter '--socket': Please use the '--socket-path' option instead".into(),
+            );
+            SocketSource::Path(path.clone())
+        }
+        (None, None, None) => {
+            return Err(CliError::new(
+                "missing \"--socket-path\" or \"--fd\" option",
+            ))
+        }
+    };
+    let shared_dir = eff
+        .shared_dir
+        .ok_or_else(|| CliError::new("missing \"--shared-dir\" or \"-o source\" option"))?;
+
+    if opt.compat_foreground {
+        deprecations
+            .push("Use of deprecated flag '-f': This flag has no effect, please remove it".into());
+    }
+    if opt.compat_debug {
+        deprecations.push(
+            "Use of deprecated flag '-d': Please use the '--log-level debug' option instead".into(),
+        );
+    }
+    if !opt.compat_options.is_empty() {
+        deprecations.push("Use of deprecated option format '-o': Please specify options without it (e.g., '--cache auto' instead of '-o cache=auto')".into());
+    }
+    if opt.inode_file_handles == "fallback" {
+        deprecations.push("Use of deprecated value 'fallback' for '--inode-file-handles': Please use 'prefer' instead".into());
+    }
+
+    Ok(Action::Run(Config {
+        socket,
+        shared_dir,
+        inode_file_handles,
+        cache: eff.cache,
+        thread_pool_size: opt.thread_pool_size,
+        rlimit_nofile: opt.rlimit_nofile,
+        readonly: opt.readonly,
+        xattr: eff.xattr,
+        announce_submounts: eff.announce_submounts,
+        log_level: if opt.compat_debug {
+            log::LevelFilter::Debug
+        } else {
+            eff.log_level
+        },
+        syslog: opt.syslog,
+        tag: opt.tag,
+        deprecations,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

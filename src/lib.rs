@@ -5,4 +5,6 @@ pub mod fd_budget;
 pub mod file_handle;
 pub mod handle_table;
 pub mod inode_table;
+pub mod logger;
 pub mod passthrough;
+pub mod pid_file;

@@ -1,0 +1,533 @@
+//! Unit tests of the command line.
+
+use super::*;
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::UnixListener;
+
+/// Parses `args` (without the program name).
+fn parse(args: &[&str]) -> Result<Action, CliError> {
+    parse_args(
+        std::iter::once("/usr/libexec/virtiofsd")
+            .chain(args.iter().copied())
+            .map(OsString::from),
+    )
+}
+
+/// Parses `args` after `--socket-path /tmp/vm.sock --shared-dir /srv` and expects a Config.
+fn run(args: &[&str]) -> Config {
+    let mut all = vec!["--socket-path", "/tmp/vm.sock", "--shared-dir", "/srv"];
+    all.extend_from_slice(args);
+    match parse(&all) {
+        Ok(Action::Run(config)) => config,
+        other => panic!("{args:?}: expected Run, got {other:?}"),
+    }
+}
+
+/// Parses `args` after a socket and shared dir and expects an error; returns its message.
+fn fail(args: &[&str]) -> String {
+    let mut all = vec!["--socket-path", "/tmp/vm.sock", "--shared-dir", "/srv"];
+    all.extend_from_slice(args);
+    match parse(&all) {
+        Err(e) => {
+            assert!(!e.message().contains('\n'), "multi-line error: {e:?}");
+            e.message().to_string()
+        }
+        other => panic!("{args:?}: expected an error, got {other:?}"),
+    }
+}
+
+#[test]
+fn defaults_match_virtiofsd() {
+    let config = run(&[]);
+    assert_eq!(
+        config,
+        Config {
+            socket: SocketSource::Path("/tmp/vm.sock".into()),
+            shared_dir: "/srv".into(),
+            inode_file_handles: InodeFileHandles::Prefer,
+            cache: CacheMode::Auto,
+            thread_pool_size: 0,
+            rlimit_nofile: None,
+            readonly: false,
+            xattr: false,
+            announce_submounts: true,
+            log_level: log::LevelFilter::Info,
+            syslog: false,
+            tag: None,
+            deprecations: vec![],
+        }
+    );
+}
+
+#[test]
+fn supported_options() {
+    let config = run(&[
+        "--inode-file-handles=mandatory",
+        "--cache",
+        "never",
+        "--thread-pool-size=16",
+        "--rlimit-nofile",
+        "4096",
+        "--readonly",
+        "--xattr",
+        "--no-announce-submounts",
+        "--log-level=debug",
+        "--syslog",
+        "--tag=myfs",
+    ]);
+    assert_eq!(config.inode_file_handles, InodeFileHandles::Mandatory);
+    assert_eq!(config.cache, CacheMode::Never);
+    assert_eq!(config.thread_pool_size, 16);
+    assert_eq!(config.rlimit_nofile, Some(4096));
+    assert!(config.readonly && config.xattr && config.syslog);
+    assert!(!config.announce_submounts);
+    assert_eq!(config.log_level, log::LevelFilter::Debug);
+    assert_eq!(config.tag.as_deref(), Some("myfs"));
+    assert!(config.deprecations.is_empty());
+}
+
+#[test]
+fn last_occurrence_wins() {
+    assert_eq!(
+        run(&["--cache=never", "--cache=always"]).cache,
+        CacheMode::Always
+    );
+    assert!(run(&["--no-announce-submounts", "--announce-submounts"]).announce_submounts);
+    assert!(!run(&["--announce-submounts", "--no-announce-submounts"]).announce_submounts);
+    assert!(run(&["--xattr", "--xattr"]).xattr);
+    let config = run(&["--socket-path=/a", "--shared-dir=/b"]);
+    assert_eq!(config.socket, SocketSource::Path("/a".into()));
+    assert_eq!(config.shared_dir, PathBuf::from("/b"));
+}
+
+#[test]
+fn cache_modes() {
+    assert_eq!(run(&["--cache=metadata"]).cache, CacheMode::Metadata);
+    assert_eq!(run(&["--cache=ALWAYS"]).cache, CacheMode::Always);
+    let day = Duration::from_secs(86400);
+    assert_eq!(CacheMode::Auto.entry_timeout(), Duration::from_secs(1));
+    assert_eq!(CacheMode::Auto.attr_timeout(), Duration::from_secs(1));
+    assert_eq!(CacheMode::Always.entry_timeout(), day);
+    assert_eq!(CacheMode::Metadata.attr_timeout(), day);
+    assert_eq!(CacheMode::Never.entry_timeout(), Duration::ZERO);
+    assert_eq!(CacheMode::Never.attr_timeout(), Duration::ZERO);
+    assert!(CacheMode::Never.direct_io());
+    for mode in [CacheMode::Auto, CacheMode::Always, CacheMode::Metadata] {
+        assert!(!mode.direct_io());
+    }
+    for mode in [
+        CacheMode::Auto,
+        CacheMode::Always,
+        CacheMode::Metadata,
+        CacheMode::Never,
+    ] {
+        assert_eq!(mode.to_string().parse::<CacheMode>(), Ok(mode));
+    }
+}
+
+#[test]
+fn deprecated_aliases() {
+    let config = run(&["--inode-file-handles=fallback"]);
+    assert_eq!(config.inode_file_handles, InodeFileHandles::Prefer);
+    assert_eq!(config.deprecations.len(), 1);
+    assert!(config.deprecations[0].contains("'fallback'"));
+    assert_eq!(
+        run(&["--inode-file-handles=never"]).inode_file_handles,
+        InodeFileHandles::Never
+    );
+
+    let Ok(Action::Run(config)) = parse(&["--socket=/tmp/old.sock", "--shared-dir=/srv"]) else {
+        panic!("--socket not accepted");
+    };
+    assert_eq!(config.socket, SocketSource::Path("/tmp/old.sock".into()));
+    assert!(config.deprecations[0].contains("'--socket'"));
+    // --socket-path wins over --socket, as in virtiofsd.
+    let config = run(&["--socket=/tmp/old.sock"]);
+    assert_eq!(config.socket, SocketSource::Path("/tmp/vm.sock".into()));
+
+    let config = run(&["-f", "-d"]);
+    assert_eq!(config.log_level, log::LevelFilter::Debug);
+    assert_eq!(config.deprecations.len(), 2);
+    // -d beats --log-level, as in virtiofsd.
+    assert_eq!(
+        run(&["-d", "--log-level=error"]).log_level,
+        log::LevelFilter::Debug
+    );
+}
+
+#[test]
+fn compat_o_forms() {
+    let Ok(Action::Run(config)) =
+        parse(&["--socket-path=/s", "-o", "source=/data,cache=none,xattr"])
+    else {
+        panic!("-o source not accepted");
+    };
+    assert_eq!(config.shared_dir, PathBuf::from("/data"));
+    assert_eq!(config.cache, CacheMode::Never);
+    assert!(config.xattr);
+    assert!(config.deprecations.iter().any(|d| d.contains("'-o'")));
+
+    // -o applies after the long options, items apply left to right, -o may repeat.
+    let config = run(&[
+        "-o",
+        "xattr,no_xattr",
+        "--xattr",
+        "-o",
+        "cache=always",
+        "--cache=never",
+    ]);
+    assert!(!config.xattr);
+    assert_eq!(config.cache, CacheMode::Always);
+    assert_eq!(run(&["-ocache=metadata"]).cache, CacheMode::Metadata);
+    assert_eq!(run(&["-o", "cache=auto"]).cache, CacheMode::Auto);
+    assert_eq!(
+        run(&["-o", "source=/other"]).shared_dir,
+        PathBuf::from("/other")
+    );
+    for (value, level) in [
+        ("debug", log::LevelFilter::Debug),
+        ("info", log::LevelFilter::Info),
+        ("warn", log::LevelFilter::Warn),
+        ("err", log::LevelFilter::Error),
+    ] {
+        assert_eq!(run(&["-o", &format!("loglevel={value}")]).log_level, level);
+    }
+    // Forms equal to what vhostfs does are accepted.
+    let config = run(&[
+        "-o",
+        "no_flock,no_posix_lock,readdirplus,no_writeback,no_allow_direct_io,announce_submounts",
+        "-o",
+        "no_killpriv_v2,no_posix_acl,no_security_label",
+    ]);
+    assert!(config.announce_submounts);
+    // A later -o can undo an unsupported long option, as in virtiofsd.
+    run(&["--writeback", "-o", "no_writeback"]);
+}
+
+#[test]
+fn unsupported_options_are_rejected() {
+    for (args, expected) in [
+        (&["--sandbox=namespace"][..], "--sandbox=namespace"),
+        (&["--sandbox", "chroot"], "--sandbox=chroot"),
+        (&["--seccomp=kill"], "--seccomp=kill"),
+        (&["--modcaps=+sys_admin:-chown"], "--modcaps"),
+        (&["--posix-acl"], "--posix-acl=always"),
+        (&["--posix-acl=auto"], "--posix-acl=auto"),
+        (&["--security-label"], "--security-label=always"),
+        (&["--allow-direct-io"], "--allow-direct-io"),
+        (&["--killpriv-v2"], "--killpriv-v2"),
+        (&["--no-killpriv-v2", "--killpriv-v2"], "--killpriv-v2"),
+        (&["--xattrmap=:map::user.virtiofs.:"], "--xattrmap"),
+        (&["--uid-map=:0:100000:65536:"], "--uid-map"),
+        (&["--gid-map=:0:100000:65536:"], "--gid-map"),
+        (&["--translate-uid=guest:0:1000:1"], "--translate-uid"),
+        (&["--translate-gid=map:0:1000:1"], "--translate-gid"),
+        (&["--preserve-noatime"], "--preserve-noatime"),
+        (&["--writeback"], "--writeback"),
+        (&["--allow-mmap"], "--allow-mmap"),
+        (&["--no-readdirplus"], "--no-readdirplus"),
+        (&["--migration-mode=find-paths"], "--migration-mode"),
+        (
+            &["--migration-on-error=guest-error"],
+            "--migration-on-error",
+        ),
+        (
+            &["--migration-verify-handles"],
+            "--migration-verify-handles",
+        ),
+        (&["--migration-confirm-paths"], "--migration-confirm-paths"),
+        (&["--socket-group=kvm"], "--socket-group"),
+        (&["-o", "sandbox=chroot"], "-o sandbox=chroot"),
+        (&["-o", "writeback"], "-o writeback"),
+        (&["-o", "no_readdirplus"], "-o no_readdirplus"),
+        (&["-o", "allow_direct_io"], "-o allow_direct_io"),
+        (&["-o", "killpriv_v2"], "-o killpriv_v2"),
+        (&["-o", "posix_acl"], "-o posix_acl"),
+        (&["-o", "security_label"], "-o security_label"),
+        (
+            &["-o", "xattrmap=:map::user.virtiofs.:"],
+            "-o xattrmap=:map::user.virtiofs.:",
+        ),
+        (&["-o", "modcaps=+sys_admin"], "-o modcaps=+sys_admin"),
+        (
+            &["--posix-acl", "-o", "no_posix_acl,posix_acl"],
+            "-o posix_acl",
+        ),
+    ] {
+        assert_eq!(
+            fail(args),
+            format!("not supported yet: {expected}"),
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        fail(&["--writeback", "--allow-mmap"]),
+        "not supported yet: --allow-mmap, --writeback"
+    );
+}
+
+#[test]
+fn harmless_forms_are_accepted() {
+    let config = run(&[
+        "--sandbox=none",
+        "--seccomp=none",
+        "--posix-acl=never",
+        "--security-label=never",
+        "--no-killpriv-v2",
+        "--killpriv-v2",
+        "--no-killpriv-v2",
+        "--sandbox=NONE",
+    ]);
+    assert_eq!(config.deprecations, Vec::<String>::new());
+}
+
+#[test]
+fn bad_values() {
+    for (args, expected) in [
+        (
+            &["--cache=sometimes"][..],
+            "invalid value 'sometimes' for '--cache <CACHE>': expected one of: auto, always, metadata, never",
+        ),
+        (
+            &["--inode-file-handles=maybe"],
+            "invalid value 'maybe' for '--inode-file-handles=<INODE_FILE_HANDLES>': expected one of: never, fallback, prefer, mandatory",
+        ),
+        (
+            &["--log-level=loud"],
+            "invalid value 'loud' for '--log-level <LOG_LEVEL>': expected one of: error, warn, info, debug, trace, off",
+        ),
+        (
+            &["--sandbox=jail"],
+            "invalid value 'jail' for '--sandbox <SANDBOX>': expected one of: namespace, chroot, none",
+        ),
+        (
+            &["--posix-acl=yes"],
+            "invalid value 'yes' for '--posix-acl[=<never|auto|always>]': expected one of: never, auto, always",
+        ),
+        (
+            &["--tag="],
+            "invalid value '' for '--tag <TAG>': the tag may not be empty or longer than 36 bytes (encoded as UTF-8)",
+        ),
+        (&["-o", "cache=never"], "invalid compat value 'never' for '-o cache'"),
+        (&["-o", "loglevel=trace"], "invalid compat value 'trace' for '-o loglevel'"),
+        (&["-o", "sandbox=none"], "invalid compat value 'none' for '-o sandbox'"),
+        (&["-o", "flock"], "invalid compat argument '-o flock'"),
+        (&["-o", "posix_lock"], "invalid compat argument '-o posix_lock'"),
+        (&["-o", "xattr,"], "invalid compat argument '-o '"),
+        (&["-o", "bogus=1"], "invalid compat argument '-o bogus=1'"),
+    ] {
+        assert_eq!(fail(args), expected, "{args:?}");
+    }
+    // clap's own errors, reduced to their first line.
+    for (args, start) in [
+        (
+            &["--thread-pool-size=-1"][..],
+            "invalid value '-1' for '--thread-pool-size",
+        ),
+        (
+            &["--rlimit-nofile=lots"],
+            "invalid value 'lots' for '--rlimit-nofile",
+        ),
+        (&["--fd=x"], "invalid value 'x' for '--fd <FD>'"),
+        (&["--inode-file-handles", "never"], "equal sign is needed"),
+        (
+            &["--no-such-option"],
+            "unexpected argument '--no-such-option' found",
+        ),
+        (&["--cache"], "a value is required for '--cache <CACHE>'"),
+        (
+            &["--tag=0123456789012345678901234567890123456"],
+            "invalid value",
+        ),
+    ] {
+        let message = fail(args);
+        assert!(message.contains(start), "{args:?}: {message}");
+    }
+}
+
+#[test]
+fn requirements() {
+    assert_eq!(
+        parse(&["--shared-dir=/srv"]),
+        Err(CliError::new(
+            "missing \"--socket-path\" or \"--fd\" option"
+        ))
+    );
+    assert_eq!(
+        parse(&["--socket-path=/s"]),
+        Err(CliError::new(
+            "missing \"--shared-dir\" or \"-o source\" option"
+        ))
+    );
+    let message = parse(&["--socket-path=/s", "--shared-dir=/srv", "--fd=3"])
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("cannot be used with"), "{message}");
+}
+
+#[test]
+fn fd_validation() {
+    let dir = std::env::temp_dir().join(format!("vhostfs-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A socket left by an earlier, aborted run with the same pid would make bind fail.
+    let _ = std::fs::remove_file(dir.join("listen.sock"));
+    let listener = UnixListener::bind(dir.join("listen.sock")).unwrap();
+    let fd = listener.as_raw_fd().to_string();
+    let arg = format!("--fd={fd}");
+    let Ok(Action::Run(config)) = parse(&[&arg, "--shared-dir=/srv"]) else {
+        panic!("a listening socket was refused");
+    };
+    assert_eq!(config.socket, SocketSource::Fd(listener.as_raw_fd()));
+
+    let file = std::fs::File::open("/dev/null").unwrap();
+    let arg = format!("--fd={}", file.as_raw_fd());
+    assert_eq!(
+        parse(&[&arg, "--shared-dir=/srv"]).unwrap_err().to_string(),
+        format!(
+            "invalid value '{}' for '--fd <FD>': not a socket",
+            file.as_raw_fd()
+        )
+    );
+    for bad in ["--fd=987654", "--fd=-1"] {
+        let message = parse(&[bad, "--shared-dir=/srv"]).unwrap_err().to_string();
+        assert!(message.contains("not an open file descriptor"), "{message}");
+        assert!(message.contains("Bad file descriptor"), "{message}");
+    }
+    drop(listener);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn capabilities() {
+    assert_eq!(
+        parse(&["--print-capabilities"]),
+        Ok(Action::PrintCapabilities)
+    );
+    // Honoured whatever else is given, once the syntax is valid.
+    assert_eq!(
+        parse(&["--print-capabilities", "--writeback", "-o", "cache=auto"]),
+        Ok(Action::PrintCapabilities)
+    );
+    assert!(parse(&["--print-capabilities", "-o", "nope"]).is_err());
+    assert_eq!(
+        capabilities_json(),
+        "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"separate-options\"\n  ]\n}"
+    );
+}
+
+#[test]
+fn help_and_version() {
+    let Ok(Action::Exit { text, stderr, code }) = parse(&["--version"]) else {
+        panic!("--version");
+    };
+    assert_eq!(text, format!("vhostfs {}\n", env!("CARGO_PKG_VERSION")));
+    assert!(!stderr);
+    assert_eq!(code, 0);
+
+    for flag in ["--help", "-h"] {
+        let Ok(Action::Exit { text, stderr, code }) = parse(&[flag]) else {
+            panic!("{flag}");
+        };
+        assert!(
+            text.contains("--inode-file-handles=<INODE_FILE_HANDLES>"),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "help must be plain text");
+        assert!(!stderr);
+        assert_eq!(code, 0);
+    }
+
+    let Ok(Action::Exit { text, stderr, code }) = parse(&[]) else {
+        panic!("no arguments");
+    };
+    assert!(
+        text.contains("Usage: vhostfs --shared-dir <SHARED_DIR>"),
+        "{text}"
+    );
+    assert!(stderr);
+    assert_eq!(code, 2);
+}
+
+/// Every option of `virtiofsd --help` (1.14), given with valid syntax, is known to the parser:
+/// it is either accepted or refused as not supported yet, never as unknown.
+#[test]
+fn every_virtiofsd_option_is_known() {
+    let every = [
+        &["--tag=x"][..],
+        &["--socket=/s"],
+        &["--socket-group=kvm"],
+        &["--thread-pool-size=4"],
+        &["--xattr"],
+        &["--posix-acl"],
+        &["--posix-acl=auto"],
+        &["--xattrmap=:prefix:all::user.virtiofs.::bad:all:::"],
+        &["--sandbox=chroot"],
+        &["--readonly"],
+        &["--seccomp=log"],
+        &["--seccomp=trap"],
+        &["--announce-submounts"],
+        &["--no-announce-submounts"],
+        &["--inode-file-handles=prefer"],
+        &["--cache=auto"],
+        &["--allow-mmap"],
+        &["--no-readdirplus"],
+        &["--writeback"],
+        &["--allow-direct-io"],
+        &["--print-capabilities"],
+        &["--modcaps=-chown"],
+        &["--log-level=trace"],
+        &["--log-level=off"],
+        &["--syslog"],
+        &["--rlimit-nofile=0"],
+        &["-o", "source=/x"],
+        &["-d"],
+        &["--no-killpriv-v2"],
+        &["--killpriv-v2"],
+        &["-f"],
+        &["--security-label=auto"],
+        &["--uid-map=:0:100000:65536:"],
+        &["--gid-map=:0:100000:65536:"],
+        &["--translate-uid=squash-guest:0:1000:4294967295"],
+        &["--translate-gid=forbid-guest:0:10"],
+        &["--preserve-noatime"],
+        &["--migration-mode=file-handles"],
+        &["--migration-on-error=abort"],
+        &["--migration-verify-handles"],
+        &["--migration-confirm-paths"],
+    ];
+    for args in every {
+        // --socket replaces --socket-path here, as --socket-path would take precedence.
+        let mut all = vec!["--shared-dir", "/srv"];
+        if args[0] != "--socket=/s" {
+            all.push("--socket-path=/tmp/vm.sock");
+        }
+        all.extend_from_slice(args);
+        match parse(&all) {
+            Ok(_) => {}
+            Err(e) => assert!(
+                e.message().starts_with("not supported yet: "),
+                "{args:?}: {e}"
+            ),
+        }
+    }
+}
+
+/// docs/options.md lists every option clap knows, so the table cannot drift from the parser.
+#[test]
+fn options_doc_lists_every_option() {
+    let doc = include_str!("../../docs/options.md");
+    let mut command = Opt::command();
+    command.build();
+    for arg in command.get_arguments() {
+        let spelling = match (arg.get_long(), arg.get_short()) {
+            (Some(long), _) => format!("`--{long}"),
+            (None, Some(short)) => format!("`-{short}"),
+            (None, None) => continue,
+        };
+        assert!(
+            doc.lines()
+                .any(|l| l.starts_with('|') && l.contains(spelling.as_str())),
+            "docs/options.md has no table row for {spelling}`"
+        );
+    }
+}
