@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, AtomicU16, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
@@ -86,6 +86,8 @@ pub struct VirtQueue {
     kick: EventFd,
     call: EventFd,
     event_idx: bool,
+    /// How long to busy-poll the used ring before sleeping on the call eventfd.
+    spin: Duration,
     free: Vec<u16>,
     /// Shadow of avail->idx including entries not yet published.
     avail_idx: u16,
@@ -101,7 +103,13 @@ fn align(x: u64, a: u64) -> u64 {
 
 impl VirtQueue {
     /// Allocate the rings of a queue of `size` descriptors (a power of two) in guest memory.
-    pub fn new(mem: &Arc<GuestMemory>, size: u16, event_idx: bool) -> io::Result<VirtQueue> {
+    /// Waiting for completions busy-polls for `spin` before sleeping on the call eventfd.
+    pub fn new(
+        mem: &Arc<GuestMemory>,
+        size: u16,
+        event_idx: bool,
+        spin: Duration,
+    ) -> io::Result<VirtQueue> {
         if !size.is_power_of_two() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -126,6 +134,7 @@ impl VirtQueue {
             kick: EventFd::new(EFD_NONBLOCK)?,
             call: EventFd::new(EFD_NONBLOCK)?,
             event_idx,
+            spin,
             free: (0..size).rev().collect(),
             avail_idx: 0,
             published_idx: 0,
@@ -292,6 +301,15 @@ impl VirtQueue {
             fence(Ordering::SeqCst);
             if self.used_idx() != self.last_used {
                 continue;
+            }
+            if !self.spin.is_zero() {
+                let spin_until = Instant::now() + self.spin;
+                while self.used_idx() == self.last_used && Instant::now() < spin_until {
+                    std::hint::spin_loop();
+                }
+                if self.used_idx() != self.last_used {
+                    continue;
+                }
             }
             let now = Instant::now();
             if now >= deadline {
