@@ -23,6 +23,9 @@ pub const VIRTIO_RING_F_EVENT_IDX: u64 = 1 << 29;
 /// VHOST_USER_F_PROTOCOL_FEATURES.
 pub const VHOST_USER_F_PROTOCOL_FEATURES: u64 = 1 << 30;
 
+/// A chain's buffers as `(guest addr, len, device-writable)`.
+type Chain = Vec<(u64, u32, bool)>;
+
 /// How long [`TestGuest::roundtrip`] waits for a reply.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -296,7 +299,7 @@ impl TestGuest {
         &self,
         request: &[u8],
         reply_len: usize,
-    ) -> io::Result<(Vec<(u64, u32, bool)>, Vec<GuestBuf>)> {
+    ) -> io::Result<(Chain, Vec<GuestBuf>)> {
         let req = self.mem.alloc(request.len())?;
         req.write(0, request);
         let mut chain = vec![(req.addr(), request.len() as u32, false)];

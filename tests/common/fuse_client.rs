@@ -54,7 +54,8 @@ pub struct FuseClient {
     pid: u32,
 }
 
-fn obj<T: ByteValued + Default>(bytes: &[u8], what: &str) -> T {
+/// Copy a `T` out of the start of `bytes` (panics naming `what` if `bytes` is too short).
+pub fn from_bytes<T: ByteValued + Default>(bytes: &[u8], what: &str) -> T {
     let n = std::mem::size_of::<T>();
     assert!(
         bytes.len() >= n,
@@ -73,7 +74,7 @@ fn cstr(name: &str) -> Vec<u8> {
 }
 
 fn parse_dirent(buf: &[u8]) -> Option<(DirEntry, usize)> {
-    let d: Dirent = obj(buf.get(..24)?, "dirent");
+    let d: Dirent = from_bytes(buf.get(..24)?, "dirent");
     let name = buf.get(24..24 + d.namelen as usize)?.to_vec();
     let len = (24 + d.namelen as usize).div_ceil(8) * 8;
     Some((
@@ -102,7 +103,7 @@ pub fn parse_readdirplus(mut buf: &[u8]) -> Vec<DirEntryPlus> {
     let e = std::mem::size_of::<EntryOut>();
     let mut out = Vec::new();
     while buf.len() >= e {
-        let entry: EntryOut = obj(&buf[..e], "direntplus");
+        let entry: EntryOut = from_bytes(&buf[..e], "direntplus");
         let Some((dirent, len)) = parse_dirent(&buf[e..]) else {
             break;
         };
@@ -188,7 +189,7 @@ impl FuseClient {
     /// Check a reply (fuse_out_header + body) against `request` and split it.
     pub fn parse_reply(request: &[u8], reply: &[u8]) -> Result<Vec<u8>, i32> {
         let unique = u64::from_le_bytes(request[8..16].try_into().unwrap());
-        let out: OutHeader = obj(reply, "fuse_out_header");
+        let out: OutHeader = from_bytes(reply, "fuse_out_header");
         assert_eq!(
             out.len as usize,
             reply.len(),
@@ -305,7 +306,7 @@ impl FuseClient {
             unused: [0; 11],
         };
         let body = self.raw(FUSE_INIT, 0, init.as_slice(), HDR + 64)?;
-        let out: InitOut = obj(&body, "INIT");
+        let out: InitOut = from_bytes(&body, "INIT");
         let mut accepted = u64::from(out.flags);
         if accepted & FUSE_INIT_EXT != 0 {
             accepted |= u64::from(out.flags2) << 32;
@@ -316,7 +317,7 @@ impl FuseClient {
 
     pub fn lookup(&self, parent: u64, name: &str) -> Result<EntryOut, i32> {
         let body = self.raw(FUSE_LOOKUP, parent, &cstr(name), HDR + 128)?;
-        Ok(obj(&body, "LOOKUP"))
+        Ok(from_bytes(&body, "LOOKUP"))
     }
 
     /// FORGET on the hiprio queue: no reply, the chain is completed with used length 0.
@@ -350,12 +351,12 @@ impl FuseClient {
             fh: fh.unwrap_or(0),
         };
         let body = self.raw(FUSE_GETATTR, nodeid, inp.as_slice(), HDR + 104)?;
-        Ok(obj(&body, "GETATTR"))
+        Ok(from_bytes(&body, "GETATTR"))
     }
 
     pub fn setattr(&self, nodeid: u64, attr: &SetattrIn) -> Result<AttrOut, i32> {
         let body = self.raw(FUSE_SETATTR, nodeid, attr.as_slice(), HDR + 104)?;
-        Ok(obj(&body, "SETATTR"))
+        Ok(from_bytes(&body, "SETATTR"))
     }
 
     pub fn readlink(&self, nodeid: u64) -> Result<Vec<u8>, i32> {
@@ -366,7 +367,7 @@ impl FuseClient {
         let mut body = cstr(name);
         body.extend_from_slice(&cstr(target));
         let body = self.create_call(FUSE_SYMLINK, parent, body, HDR + 128)?;
-        Ok(obj(&body, "SYMLINK"))
+        Ok(from_bytes(&body, "SYMLINK"))
     }
 
     pub fn mknod(
@@ -386,14 +387,14 @@ impl FuseClient {
         let mut body = inp.as_slice().to_vec();
         body.extend_from_slice(&cstr(name));
         let body = self.create_call(FUSE_MKNOD, parent, body, HDR + 128)?;
-        Ok(obj(&body, "MKNOD"))
+        Ok(from_bytes(&body, "MKNOD"))
     }
 
     pub fn mkdir(&self, parent: u64, name: &str, mode: u32, umask: u32) -> Result<EntryOut, i32> {
         let mut body = MkdirIn { mode, umask }.as_slice().to_vec();
         body.extend_from_slice(&cstr(name));
         let body = self.create_call(FUSE_MKDIR, parent, body, HDR + 128)?;
-        Ok(obj(&body, "MKDIR"))
+        Ok(from_bytes(&body, "MKDIR"))
     }
 
     pub fn unlink(&self, parent: u64, name: &str) -> Result<(), i32> {
@@ -441,7 +442,7 @@ impl FuseClient {
         let mut body = LinkIn { oldnodeid }.as_slice().to_vec();
         body.extend_from_slice(&cstr(newname));
         let body = self.raw(FUSE_LINK, newparent, &body, HDR + 128)?;
-        Ok(obj(&body, "LINK"))
+        Ok(from_bytes(&body, "LINK"))
     }
 
     pub fn open(&self, nodeid: u64, flags: u32) -> Result<OpenOut, i32> {
@@ -450,7 +451,7 @@ impl FuseClient {
             fuse_flags: 0,
         };
         let body = self.raw(FUSE_OPEN, nodeid, inp.as_slice(), HDR + 16)?;
-        Ok(obj(&body, "OPEN"))
+        Ok(from_bytes(&body, "OPEN"))
     }
 
     fn create_like(
@@ -471,7 +472,10 @@ impl FuseClient {
         let mut body = inp.as_slice().to_vec();
         body.extend_from_slice(&cstr(name));
         let body = self.create_call(opcode, parent, body, HDR + 128 + 16)?;
-        Ok((obj(&body, "CREATE entry"), obj(&body[128..], "CREATE open")))
+        Ok((
+            from_bytes(&body, "CREATE entry"),
+            from_bytes(&body[128..], "CREATE open"),
+        ))
     }
 
     pub fn create(
@@ -516,7 +520,7 @@ impl FuseClient {
         };
         let mut body = inp.as_slice().to_vec();
         body.extend_from_slice(data);
-        let out: WriteOut = obj(&self.raw(FUSE_WRITE, nodeid, &body, HDR + 8)?, "WRITE");
+        let out: WriteOut = from_bytes(&self.raw(FUSE_WRITE, nodeid, &body, HDR + 8)?, "WRITE");
         Ok(out.size)
     }
 
@@ -555,7 +559,7 @@ impl FuseClient {
             fuse_flags: 0,
         };
         let body = self.raw(FUSE_OPENDIR, nodeid, inp.as_slice(), HDR + 16)?;
-        Ok(obj(&body, "OPENDIR"))
+        Ok(from_bytes(&body, "OPENDIR"))
     }
 
     /// READDIR from `offset` with `size` bytes of reply space.
@@ -620,7 +624,7 @@ impl FuseClient {
 
     pub fn statfs(&self, nodeid: u64) -> Result<Kstatfs, i32> {
         let body = self.raw(FUSE_STATFS, nodeid, &[], HDR + 80)?;
-        Ok(obj(&body, "STATFS"))
+        Ok(from_bytes(&body, "STATFS"))
     }
 
     pub fn access(&self, nodeid: u64, mask: u32) -> Result<(), i32> {
@@ -655,7 +659,7 @@ impl FuseClient {
             whence,
             padding: 0,
         };
-        let out: LseekOut = obj(
+        let out: LseekOut = from_bytes(
             &self.raw(FUSE_LSEEK, nodeid, inp.as_slice(), HDR + 8)?,
             "LSEEK",
         );
@@ -665,7 +669,7 @@ impl FuseClient {
     /// COPY_FILE_RANGE from `nodeid_in`; returns the number of bytes copied.
     pub fn copy_file_range(&self, nodeid_in: u64, args: &CopyFileRangeIn) -> Result<u32, i32> {
         let body = self.raw(FUSE_COPY_FILE_RANGE, nodeid_in, args.as_slice(), HDR + 8)?;
-        Ok(obj::<WriteOut>(&body, "COPY_FILE_RANGE").size)
+        Ok(from_bytes::<WriteOut>(&body, "COPY_FILE_RANGE").size)
     }
 
     /// SYNCFS (sent by Linux for the root inode).
@@ -695,12 +699,12 @@ impl FuseClient {
             sx_mask,
         };
         let body = self.raw(FUSE_STATX, nodeid, inp.as_slice(), HDR + 288)?;
-        Ok(obj(&body, "STATX"))
+        Ok(from_bytes(&body, "STATX"))
     }
 
     fn xattr_reply(body: Vec<u8>, size: u32) -> XattrReply {
         if size == 0 {
-            XattrReply::Size(obj::<GetxattrOut>(&body, "xattr size").size)
+            XattrReply::Size(from_bytes::<GetxattrOut>(&body, "xattr size").size)
         } else {
             XattrReply::Data(body)
         }
