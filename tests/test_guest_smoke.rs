@@ -23,10 +23,14 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(&[])
+}
+
+fn setup_with(extra: &[&str]) -> Setup {
     let shared = TempDir::new("guest-smoke-shared").unwrap();
     let sock_dir = TempDir::new("guest-smoke-sock").unwrap();
     let socket = sock_dir.join("vfs.sock");
-    let daemon = spawn_virtiofsd(&socket, shared.path())
+    let daemon = spawn_virtiofsd(&socket, shared.path(), extra)
         .unwrap_or_else(|e| panic!("cannot start the reference virtiofsd: {e}"));
     let guest = TestGuest::connect(&socket, 1, 256, 64 * MIB).expect("vhost-user set-up");
     let client = FuseClient::new(Arc::new(guest), 0);
@@ -60,10 +64,11 @@ fn handshake_and_init() {
 
 #[test]
 fn too_many_queues_rejected() {
+    let extra = &[];
     let shared = TempDir::new("guest-smoke-shared").unwrap();
     let sock_dir = TempDir::new("guest-smoke-sock").unwrap();
     let socket = sock_dir.join("vfs.sock");
-    let _daemon = spawn_virtiofsd(&socket, shared.path())
+    let _daemon = spawn_virtiofsd(&socket, shared.path(), extra)
         .unwrap_or_else(|e| panic!("cannot start the reference virtiofsd: {e}"));
     // virtiofsd 1.14 serves exactly one request queue.
     let err = TestGuest::connect(&socket, 2, 128, 8 * MIB)
@@ -216,7 +221,7 @@ fn getattr_latency() {
     let shared = TempDir::new("guest-smoke-shared").unwrap();
     let sock_dir = TempDir::new("guest-smoke-sock").unwrap();
     let socket = sock_dir.join("vfs.sock");
-    let _daemon = spawn_virtiofsd(&socket, shared.path()).unwrap();
+    let _daemon = spawn_virtiofsd(&socket, shared.path(), &[]).unwrap();
     let mut opts = GuestOptions::new(1, 256, 16 * MIB);
     opts.spin = Duration::from_micros(50);
     let guest = TestGuest::connect_with(&socket, &opts).unwrap();
@@ -356,4 +361,150 @@ fn raw_chain_outside_guest_memory() {
         daemon.wait_exit(Duration::from_secs(5)).unwrap().is_some(),
         "virtiofsd survived a descriptor outside guest memory"
     );
+}
+
+#[test]
+fn namespace_and_metadata_ops() {
+    let s = setup_with(&["--xattr"]);
+    let c = &s.client;
+    let root = FUSE_ROOT_ID;
+
+    let d = c.mkdir(root, "dir", 0o755, 0o022).expect("MKDIR");
+    assert_eq!(d.attr.mode & libc::S_IFMT, libc::S_IFDIR);
+    assert_eq!(c.mkdir(root, "dir", 0o755, 0).err(), Some(libc::EEXIST));
+    let l = c.symlink(d.nodeid, "link", "target/path").expect("SYMLINK");
+    assert_eq!(c.readlink(l.nodeid).expect("READLINK"), b"target/path");
+    let n = c
+        .mknod(d.nodeid, "fifo", libc::S_IFIFO | 0o600, 0, 0)
+        .expect("MKNOD");
+    assert_eq!(n.attr.mode & libc::S_IFMT, libc::S_IFIFO);
+
+    let (f, o) = c
+        .create(
+            d.nodeid,
+            "file",
+            libc::S_IFREG | 0o600,
+            libc::O_RDWR as u32,
+            0,
+        )
+        .expect("CREATE");
+    assert_eq!(c.write(f.nodeid, o.fh, 0, b"0123456789").unwrap(), 10);
+    c.fsync(f.nodeid, o.fh, true).expect("FSYNC");
+    c.fallocate(f.nodeid, o.fh, 0, 1 << 20, 0)
+        .expect("FALLOCATE");
+    assert_eq!(c.getattr(f.nodeid, Some(o.fh)).unwrap().attr.size, 1 << 20);
+    assert_eq!(c.lseek(f.nodeid, o.fh, 0, libc::SEEK_DATA as u32), Ok(0));
+    let set = SetattrIn {
+        valid: 1 << 3 | 1, // FATTR_SIZE | FATTR_MODE
+        size: 4,
+        mode: 0o640,
+        ..Default::default()
+    };
+    let a = c.setattr(f.nodeid, &set).expect("SETATTR");
+    assert_eq!(a.attr.size, 4);
+    assert_eq!(a.attr.mode & 0o7777, 0o640);
+
+    let copy = CopyFileRangeIn {
+        fh_in: o.fh,
+        offset_in: 0,
+        nodeid_out: f.nodeid,
+        fh_out: o.fh,
+        offset_out: 4,
+        len: 4,
+        flags: 0,
+    };
+    assert_eq!(c.copy_file_range(f.nodeid, &copy), Ok(4));
+    assert_eq!(c.read(f.nodeid, o.fh, 0, 100).unwrap(), b"01230123");
+
+    c.setxattr(f.nodeid, "user.test", b"value", 0)
+        .expect("SETXATTR");
+    assert_eq!(
+        c.getxattr(f.nodeid, "user.test", 0),
+        Ok(common::fuse_client::XattrReply::Size(5))
+    );
+    assert_eq!(
+        c.getxattr(f.nodeid, "user.test", 64),
+        Ok(common::fuse_client::XattrReply::Data(b"value".to_vec()))
+    );
+    match c.listxattr(f.nodeid, 4096).expect("LISTXATTR") {
+        common::fuse_client::XattrReply::Data(list) => {
+            assert!(list.split(|&b| b == 0).any(|n| n == b"user.test"))
+        }
+        other => panic!("{other:?}"),
+    }
+    c.removexattr(f.nodeid, "user.test").expect("REMOVEXATTR");
+    assert_eq!(
+        c.getxattr(f.nodeid, "user.test", 64).err(),
+        Some(libc::ENODATA)
+    );
+    c.flush(f.nodeid, o.fh, 0).unwrap();
+    c.release(f.nodeid, o.fh, libc::O_RDWR as u32).unwrap();
+
+    let h = c.link(f.nodeid, root, "hard").expect("LINK");
+    assert_eq!(h.attr.nlink, 2);
+    c.rename(root, "hard", d.nodeid, "hard2").expect("RENAME");
+    assert_eq!(
+        c.rename2(d.nodeid, "hard2", d.nodeid, "file", libc::RENAME_NOREPLACE),
+        Err(libc::EEXIST)
+    );
+    c.rename2(d.nodeid, "hard2", d.nodeid, "file", libc::RENAME_EXCHANGE)
+        .expect("RENAME2 exchange");
+    c.access(f.nodeid, libc::R_OK as u32).expect("ACCESS");
+    assert!(c.statfs(root).expect("STATFS").bsize > 0);
+
+    let od = c.opendir(d.nodeid, 0).unwrap();
+    let mut names: Vec<Vec<u8>> = c
+        .readdir(d.nodeid, od.fh, 0, 4096)
+        .expect("READDIR")
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [&b"."[..], b"..", b"fifo", b"file", b"hard2", b"link"]
+    );
+    c.fsyncdir(d.nodeid, od.fh, false).expect("FSYNCDIR");
+    c.releasedir(d.nodeid, od.fh).unwrap();
+
+    for name in ["fifo", "file", "hard2", "link"] {
+        c.unlink(d.nodeid, name)
+            .unwrap_or_else(|e| panic!("UNLINK {name}: {e}"));
+    }
+    c.rmdir(root, "dir").expect("RMDIR");
+    assert!(fs::read_dir(s.shared.path()).unwrap().next().is_none());
+
+    // Operations newer than the reference's FUSE 7.33 server still get a (valid) reply.
+    let st = c.statx(root, None, 0, libc::STATX_BASIC_STATS);
+    assert!(
+        matches!(st, Ok(_) | Err(libc::ENOSYS)),
+        "STATX {:?}",
+        st.err()
+    );
+    let tmp = c.tmpfile(root, libc::S_IFREG | 0o600, libc::O_RDWR as u32, 0);
+    assert!(
+        matches!(tmp, Ok(_) | Err(libc::ENOSYS)),
+        "TMPFILE {:?}",
+        tmp.err()
+    );
+    c.syncfs().expect("SYNCFS");
+    c.destroy().expect("DESTROY");
+}
+
+#[test]
+fn threads_share_a_queue() {
+    let s = setup();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let c = s.client.on_queue(0);
+            std::thread::spawn(move || {
+                for _ in 0..500 {
+                    c.getattr(FUSE_ROOT_ID, None).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
 }

@@ -145,8 +145,9 @@ pub fn virtiofsd_path() -> Option<PathBuf> {
     })
 }
 
-/// Start the reference virtiofsd sharing `shared` on `socket` (sandbox none: run as root).
-pub fn spawn_virtiofsd(socket: &Path, shared: &Path) -> io::Result<Daemon> {
+/// Start the reference virtiofsd sharing `shared` on `socket` (sandbox none: run as root), with
+/// `extra` arguments (e.g. `--xattr`).
+pub fn spawn_virtiofsd(socket: &Path, shared: &Path, extra: &[&str]) -> io::Result<Daemon> {
     let bin = virtiofsd_path().ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
@@ -158,6 +159,7 @@ pub fn spawn_virtiofsd(socket: &Path, shared: &Path) -> io::Result<Daemon> {
     cmd.arg(format!("--socket-path={}", socket.display()))
         .arg(format!("--shared-dir={}", shared.display()))
         .arg("--sandbox=none")
-        .arg("--log-level=error");
+        .arg("--log-level=error")
+        .args(extra);
     Daemon::spawn(&mut cmd, socket)
 }

@@ -753,8 +753,17 @@ impl FuseClient {
             .map(drop)
     }
 
-    /// DESTROY (sent by Linux on unmount).
+    /// DESTROY (sent by Linux on unmount, expecting a header). A completion without any reply
+    /// (virtiofsd 1.14 does that) also counts as success.
     pub fn destroy(&self) -> Result<(), i32> {
-        self.raw(FUSE_DESTROY, 0, &[], HDR).map(drop)
+        let req = self.request(FUSE_DESTROY, 0, &[]);
+        let reply = self
+            .guest
+            .roundtrip(self.queue, &req, HDR)
+            .unwrap_or_else(|e| panic!("DESTROY on queue {}: {e}", self.queue));
+        if reply.is_empty() {
+            return Ok(());
+        }
+        Self::parse_reply(&req, &reply).map(drop)
     }
 }
