@@ -349,7 +349,16 @@ impl TestGuest {
                 if vq.free_descs() < needed {
                     break;
                 }
-                let (chain, bufs) = self.request_buffers(request, *reply_len)?;
+                let (chain, bufs) = match self.request_buffers(request, *reply_len) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        // Keep the queue usable: late completions of these are dropped.
+                        for &head in &outstanding {
+                            vq.abandon(head);
+                        }
+                        return Err(e);
+                    }
+                };
                 let head = vq.add_buffers(&chain, next as u64, bufs).unwrap();
                 outstanding.push(head);
                 next += 1;

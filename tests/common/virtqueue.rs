@@ -26,7 +26,7 @@ const VIRTQ_USED_F_NO_NOTIFY: u16 = 1;
 pub enum Next {
     /// The slot of the following descriptor of the same chain (0 for the last one).
     Auto,
-    /// The slot of `descs[i]` of the same chain (for loops and odd orders).
+    /// The slot of `descs[i]` of the same chain (for loops and odd orders); `i` must be in range.
     Index(usize),
     /// This exact value (for out-of-range indices).
     Raw(u16),
