@@ -1,0 +1,165 @@
+//! Running daemons under test and scratch directories.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long [`Daemon::spawn`] waits for the socket to appear.
+const SOCKET_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A daemon process, killed (SIGKILL) and reaped on drop.
+pub struct Daemon {
+    child: Child,
+}
+
+impl Daemon {
+    /// Spawn `cmd` and wait (up to 10 s) until `socket` exists; fails if the process exits first.
+    pub fn spawn(cmd: &mut Command, socket: &Path) -> io::Result<Daemon> {
+        let child = cmd
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("spawn {:?}: {e}", cmd.get_program())))?;
+        let mut daemon = Daemon { child };
+        let deadline = Instant::now() + SOCKET_TIMEOUT;
+        while !socket.exists() {
+            if let Some(status) = daemon.child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "{:?} exited with {status} before creating {}",
+                    cmd.get_program(),
+                    socket.display()
+                )));
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{} did not appear within {SOCKET_TIMEOUT:?}",
+                        socket.display()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(daemon)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process is still running (not exited, not a zombie we reaped).
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Wait up to `timeout` for the process to exit; returns its status if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> io::Result<Option<std::process::ExitStatus>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(Some(status));
+            }
+            if Instant::now() > deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Number of open file descriptors (entries in /proc/PID/fd).
+    pub fn fd_count(&self) -> io::Result<usize> {
+        Ok(fs::read_dir(format!("/proc/{}/fd", self.pid()))?.count())
+    }
+
+    /// Resident set size (VmRSS of /proc/PID/status) in bytes.
+    pub fn rss_bytes(&self) -> io::Result<u64> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+            .ok_or_else(|| io::Error::other("no VmRSS in /proc/PID/status"))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh directory under the system temp dir, removed recursively on drop.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(prefix: &str) -> io::Result<TempDir> {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path = std::env::temp_dir().join(format!(
+            "{prefix}-{}-{}-{nanos}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir(&path)?;
+        Ok(TempDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `self.path()` joined with `name`.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The reference virtiofsd: `$VIRTIOFSD`, else `virtiofsd` on PATH, else ~/.cargo/bin/virtiofsd.
+pub fn virtiofsd_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("VIRTIOFSD") {
+        return Some(PathBuf::from(p));
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("virtiofsd"))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| {
+        let p = PathBuf::from(std::env::var_os("HOME")?).join(".cargo/bin/virtiofsd");
+        p.is_file().then_some(p)
+    })
+}
+
+/// Start the reference virtiofsd sharing `shared` on `socket` (sandbox none: run as root), with
+/// `extra` arguments (e.g. `--xattr`).
+pub fn spawn_virtiofsd(socket: &Path, shared: &Path, extra: &[&str]) -> io::Result<Daemon> {
+    let bin = virtiofsd_path().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            "virtiofsd not found: set $VIRTIOFSD, put it on PATH or run \
+             `cargo install virtiofsd --version 1.14.0` (see .ci/setup.sh)",
+        )
+    })?;
+    let mut cmd = Command::new(bin);
+    cmd.arg(format!("--socket-path={}", socket.display()))
+        .arg(format!("--shared-dir={}", shared.display()))
+        .arg("--sandbox=none")
+        .arg("--log-level=error")
+        .args(extra);
+    Daemon::spawn(&mut cmd, socket)
+}

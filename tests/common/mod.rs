@@ -1,0 +1,19 @@
+//! The in-process test guest: a vhost-user frontend with guest memory and split virtqueues that
+//! speaks FUSE to a virtio-fs daemon (ours or the reference virtiofsd), plus helpers to run
+//! daemons. Shared by tests (`mod common;`) and benches
+//! (`#[path = "../tests/common/mod.rs"] mod common;`). Each binary uses only part of it, hence
+//! the allow below (`unused_imports` for the re-exports).
+#![allow(dead_code, unused_imports)]
+
+pub mod daemon;
+pub mod frontend;
+pub mod fuse_abi;
+pub mod fuse_client;
+pub mod guest_memory;
+pub mod virtqueue;
+
+pub use daemon::{virtiofsd_path, Daemon, TempDir};
+pub use frontend::{GuestOptions, TestGuest};
+pub use fuse_client::FuseClient;
+pub use guest_memory::GuestBuf;
+pub use virtqueue::{Next, RawDesc};
