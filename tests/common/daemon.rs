@@ -163,3 +163,12 @@ pub fn spawn_virtiofsd(socket: &Path, shared: &Path, extra: &[&str]) -> io::Resu
         .args(extra);
     Daemon::spawn(&mut cmd, socket)
 }
+
+/// Start vhostfs (the binary of this crate) sharing `shared` on `socket`, with `extra` arguments.
+pub fn spawn_vhostfs(socket: &Path, shared: &Path, extra: &[&str]) -> io::Result<Daemon> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vhostfs"));
+    cmd.arg(format!("--socket-path={}", socket.display()))
+        .arg(format!("--shared-dir={}", shared.display()))
+        .args(extra);
+    Daemon::spawn(&mut cmd, socket)
+}

@@ -12,7 +12,7 @@ pub mod fuse_client;
 pub mod guest_memory;
 pub mod virtqueue;
 
-pub use daemon::{virtiofsd_path, Daemon, TempDir};
+pub use daemon::{spawn_vhostfs, virtiofsd_path, Daemon, TempDir};
 pub use frontend::{GuestOptions, TestGuest};
 pub use fuse_client::FuseClient;
 pub use guest_memory::GuestBuf;
