@@ -272,3 +272,6 @@ impl FuseServer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
