@@ -12,7 +12,7 @@ use vm_memory::ByteValued;
 use super::ops::read_obj;
 use super::reply::{self, einval, OUT_HEADER_SIZE};
 use super::{FuseServer, Req};
-use crate::passthrough::DirEntry;
+use crate::passthrough::{DirEntry, Entry};
 
 /// The size of a record for a `namelen`-byte name: the fixed part, the name, then zero padding
 /// to a multiple of 8 (`FUSE_DIRENT_SIZE` / `FUSE_DIRENTPLUS_SIZE`).
@@ -53,6 +53,47 @@ pub fn write_dirent<W: Write>(
     Ok(len)
 }
 
+/// Lays READDIR(PLUS) records into the guest's reply buffers, up to `size` bytes.
+pub(super) struct DirentSink<'w, 'a, S: BitmapSlice> {
+    data: &'w mut Writer<'a, S>,
+    size: usize,
+    plus: bool,
+    /// Bytes written so far.
+    pub used: usize,
+}
+
+impl<'w, 'a, S: BitmapSlice> DirentSink<'w, 'a, S> {
+    pub fn new(data: &'w mut Writer<'a, S>, size: usize, plus: bool) -> Self {
+        DirentSink {
+            data,
+            size,
+            plus,
+            used: 0,
+        }
+    }
+
+    /// The `add` callback of `PassthroughFs::readdir`: `false` when the record does not fit
+    /// (nothing is written then).
+    pub fn add(&mut self, d: &DirEntry, e: Option<&Entry>) -> bool {
+        if self.used + dirent_size(d.name.len(), self.plus) > self.size {
+            return false;
+        }
+        let entry_out = self
+            .plus
+            .then(|| e.map(reply::entry_out).unwrap_or_default());
+        match write_dirent(self.data, d, entry_out.as_ref()) {
+            Ok(n) => {
+                self.used += n;
+                true
+            }
+            Err(err) => {
+                log::warn!("READDIR: writing an entry into guest memory failed: {err}");
+                false
+            }
+        }
+    }
+}
+
 impl FuseServer {
     /// READDIR and READDIRPLUS (`plus`): records go straight into the guest's buffers after the
     /// header, until `size` or the writable space is full.
@@ -70,26 +111,13 @@ impl FuseServer {
             .ok_or_else(einval)?;
         let size = room.min(i.size as usize);
         let mut data = w.split_at(OUT_HEADER_SIZE).map_err(|_| einval())?;
-        let mut used = 0usize;
-        let mut add = |d: &DirEntry, e: Option<&crate::passthrough::Entry>| {
-            if used + dirent_size(d.name.len(), plus) > size {
-                return false;
-            }
-            let entry_out = plus.then(|| e.map(reply::entry_out).unwrap_or_default());
-            match write_dirent(&mut data, d, entry_out.as_ref()) {
-                Ok(n) => {
-                    used += n;
-                    true
-                }
-                Err(err) => {
-                    log::warn!("READDIR: writing an entry into guest memory failed: {err}");
-                    false
-                }
-            }
-        };
+        let mut sink = DirentSink::new(&mut data, size, plus);
         let res = self
             .fs
-            .readdir(&q.ctx, q.nodeid, i.fh, i.offset, plus, &mut add);
+            .readdir(&q.ctx, q.nodeid, i.fh, i.offset, plus, &mut |d, e| {
+                sink.add(d, e)
+            });
+        let used = sink.used;
         match res {
             // Entries already handed out (and looked up, for READDIRPLUS) must reach the guest.
             Err(e) if used == 0 => Err(e),

@@ -1,6 +1,7 @@
 //! Handlers for open files: OPEN/CREATE/TMPFILE, READ/WRITE (zero-copy between the file and
 //! guest memory), FLUSH, RELEASE, FSYNC, FALLOCATE, LSEEK, COPY_FILE_RANGE.
 
+use std::fs::File;
 use std::io::{self, ErrorKind};
 
 use fuse_backend_rs::abi::fuse_abi::{
@@ -40,6 +41,49 @@ fn reply_created<S: BitmapSlice>(
 
 fn offset_plus(off: u64, done: usize) -> io::Result<u64> {
     off.checked_add(done as u64).ok_or_else(einval)
+}
+
+/// Reads up to `size` bytes of `f` at `offset` straight into the guest buffers of `data`
+/// (preadv, no bounce buffer). Stops early at end of file; an error after some data was read
+/// ends the read with what was read.
+pub(super) fn read_file_into<S: BitmapSlice>(
+    data: &mut Writer<S>,
+    f: &mut File,
+    size: usize,
+    offset: u64,
+) -> io::Result<usize> {
+    let mut done = 0;
+    while done < size {
+        match data.write_from_at(&mut *f, size - done, offset_plus(offset, done)?) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
+}
+
+/// Writes `size` bytes from the guest buffers of `r` straight into `f` at `offset` (pwritev).
+/// The caller has checked that `r` holds `size` bytes.
+pub(super) fn write_file_from<S: BitmapSlice>(
+    r: &mut Reader<S>,
+    f: &mut File,
+    size: usize,
+    offset: u64,
+) -> io::Result<usize> {
+    let mut done = 0;
+    while done < size {
+        match r.read_to_at(&mut *f, size - done, offset_plus(offset, done)?) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
 }
 
 impl FuseServer {
@@ -99,19 +143,9 @@ impl FuseServer {
             .ok_or_else(einval)?;
         let size = room.min(i.size as usize);
         let mut data = w.split_at(OUT_HEADER_SIZE).map_err(|_| einval())?;
-        let n = self.fs.with_file(i.fh, |f| {
-            let mut done = 0;
-            while done < size {
-                match data.write_from_at(&mut *f, size - done, offset_plus(i.offset, done)?) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) if done == 0 => return Err(e),
-                    Err(_) => break,
-                }
-            }
-            Ok(done)
-        })?;
+        let n = self
+            .fs
+            .with_file(i.fh, |f| read_file_into(&mut data, f, size, i.offset))?;
         reply::write_header(w, q.unique, 0, OUT_HEADER_SIZE + n)
     }
 
@@ -127,19 +161,9 @@ impl FuseServer {
         if size > r.available_bytes() {
             return Err(einval());
         }
-        let n = self.fs.with_file(i.fh, |f| {
-            let mut done = 0;
-            while done < size {
-                match r.read_to_at(&mut *f, size - done, offset_plus(i.offset, done)?) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) if done == 0 => return Err(e),
-                    Err(_) => break,
-                }
-            }
-            Ok(done)
-        })?;
+        let n = self
+            .fs
+            .with_file(i.fh, |f| write_file_from(r, f, size, i.offset))?;
         let out = WriteOut {
             size: n as u32,
             padding: 0,

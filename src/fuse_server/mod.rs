@@ -275,3 +275,5 @@ impl FuseServer {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_io;

@@ -25,9 +25,9 @@ const USED_RING: u64 = 0x2000;
 /// Readable buffers are laid out from here, writable ones from `WRITE_BASE`.
 const READ_BASE: u64 = 0x10_0000;
 const WRITE_BASE: u64 = 0x80_0000;
-const MEM_SIZE: usize = 0x100_0000;
+pub(super) const MEM_SIZE: usize = 0x100_0000;
 
-type VhostMem = GuestMemoryMmap<BitmapMmapRegion>;
+pub(super) type VhostMem = GuestMemoryMmap<BitmapMmapRegion>;
 
 fn server() -> FuseServer {
     let fs = PassthroughFs::new(FsConfig {
@@ -47,7 +47,7 @@ fn server() -> FuseServer {
 
 /// One descriptor: where, how long, device-writable or not.
 #[derive(Clone, Copy)]
-struct Desc {
+pub(super) struct Desc {
     addr: u64,
     len: u32,
     write: bool,
@@ -55,7 +55,7 @@ struct Desc {
 
 /// Writes `descs` as one chain at the head of the descriptor table and makes it the only
 /// available entry of a fresh queue.
-fn publish<M: vm_memory::GuestMemory>(mem: &M, descs: &[Desc]) -> Queue {
+pub(super) fn publish<M: vm_memory::GuestMemory>(mem: &M, descs: &[Desc]) -> Queue {
     for (i, d) in descs.iter().enumerate() {
         let base = GuestAddress(DESC_TABLE + 16 * i as u64);
         let mut flags = if d.write { VRING_DESC_F_WRITE } else { 0 };
@@ -86,6 +86,53 @@ fn publish<M: vm_memory::GuestMemory>(mem: &M, descs: &[Desc]) -> Queue {
     q
 }
 
+/// Copies `readable` into guest memory from `READ_BASE` on and poisons writable buffers of the
+/// sizes in `writable` from `WRITE_BASE` on (each buffer page-aligned); returns their
+/// descriptors, in chain order.
+pub(super) fn lay_out<M: vm_memory::GuestMemory>(
+    mem: &M,
+    readable: &[&[u8]],
+    writable: &[u32],
+) -> Vec<Desc> {
+    let mut descs = Vec::new();
+    let mut addr = READ_BASE;
+    for buf in readable {
+        mem.write_slice(buf, GuestAddress(addr)).unwrap();
+        descs.push(Desc {
+            addr,
+            len: buf.len() as u32,
+            write: false,
+        });
+        addr += (buf.len() as u64 + 4095) & !4095;
+    }
+    let mut addr = WRITE_BASE;
+    for &len in writable {
+        // Poison, to check that nothing past the used length is claimed as written.
+        mem.write_slice(&vec![0xa5; len as usize], GuestAddress(addr))
+            .unwrap();
+        descs.push(Desc {
+            addr,
+            len,
+            write: true,
+        });
+        addr += (u64::from(len) + 4095) & !4095;
+    }
+    descs
+}
+
+/// The writable buffers laid out by [`lay_out`], concatenated.
+pub(super) fn read_back<M: vm_memory::GuestMemory>(mem: &M, writable: &[u32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut addr = WRITE_BASE;
+    for &len in writable {
+        let mut buf = vec![0; len as usize];
+        mem.read_slice(&mut buf, GuestAddress(addr)).unwrap();
+        out.extend_from_slice(&buf);
+        addr += (u64::from(len) + 4095) & !4095;
+    }
+    out
+}
+
 /// Real guest memory of the vhost-user device's type, and a server.
 struct Harness {
     mem: GuestMemoryAtomic<VhostMem>,
@@ -105,43 +152,12 @@ impl Harness {
     /// the sizes in `writable`; returns the used length and the bytes the server wrote.
     fn call_chain(&self, readable: &[&[u8]], writable: &[u32]) -> (u32, Vec<u8>) {
         let guard = self.mem.memory();
-        let mut descs = Vec::new();
-        let mut addr = READ_BASE;
-        for buf in readable {
-            guard.write_slice(buf, GuestAddress(addr)).unwrap();
-            descs.push(Desc {
-                addr,
-                len: buf.len() as u32,
-                write: false,
-            });
-            addr += (buf.len() as u64 + 4095) & !4095;
-        }
-        let mut addr = WRITE_BASE;
-        for &len in writable {
-            // Poison, to check that nothing past the used length is claimed as written.
-            guard
-                .write_slice(&vec![0xa5; len as usize], GuestAddress(addr))
-                .unwrap();
-            descs.push(Desc {
-                addr,
-                len,
-                write: true,
-            });
-            addr += (u64::from(len) + 4095) & !4095;
-        }
-        let mut q = publish(&*guard, &descs);
+        let mut q = publish(&*guard, &lay_out(&*guard, readable, writable));
         let chain = q.pop_descriptor_chain(guard.clone()).unwrap();
         let used = self.server.handle_chain(&*guard, chain);
         let total: u32 = writable.iter().sum();
         assert!(used <= total, "used {used} > writable {total}");
-        let mut out = Vec::new();
-        let mut addr = WRITE_BASE;
-        for &len in writable {
-            let mut buf = vec![0; len as usize];
-            guard.read_slice(&mut buf, GuestAddress(addr)).unwrap();
-            out.extend_from_slice(&buf);
-            addr += (u64::from(len) + 4095) & !4095;
-        }
+        let mut out = read_back(&*guard, writable);
         out.truncate(used as usize);
         (used, out)
     }
