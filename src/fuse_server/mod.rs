@@ -9,7 +9,7 @@ mod dir;
 mod file;
 pub mod init;
 mod ops;
-pub mod reply;
+mod reply;
 
 use std::io::{self, Read};
 use std::ops::Deref;
@@ -24,8 +24,6 @@ use abi::*;
 use reply::{einval, errno_of};
 
 use crate::passthrough::{Context, PassthroughFs};
-
-pub use dir::{dirent_size, write_dirent};
 
 /// Settings that change what INIT negotiates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,8 +166,10 @@ impl FuseServer {
                 pid: h.pid,
             },
         };
-        // Requests that take no reply.
+        let initialized = self.initialized.load(Ordering::Acquire);
+        // Requests that take no reply. Outside a session there is nothing to forget.
         let no_reply = match h.opcode {
+            FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT if !initialized => Some(Ok(())),
             FUSE_FORGET => Some(self.do_forget(&q, &mut r)),
             FUSE_BATCH_FORGET => Some(self.do_batch_forget(&mut r)),
             FUSE_INTERRUPT => Some(Ok(())),
@@ -181,7 +181,7 @@ impl FuseServer {
             }
             return 0;
         }
-        if h.opcode != FUSE_INIT && !self.initialized.load(Ordering::Acquire) {
+        if h.opcode != FUSE_INIT && !initialized {
             return reply::error(&mut w, h.unique, libc::EIO);
         }
         match self.dispatch(&q, h.opcode, &mut r, &mut w) {
@@ -194,7 +194,6 @@ impl FuseServer {
     }
 
     /// Checks the header's lengths and limits `r` to the request body (without extensions).
-    /// FORGETs before INIT or after DESTROY are dropped later like any other request.
     fn prepare<S: BitmapSlice>(
         &self,
         h: &InHeader,
