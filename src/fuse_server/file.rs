@@ -1,0 +1,267 @@
+//! Handlers for open files: OPEN/CREATE/TMPFILE, READ/WRITE (zero-copy between the file and
+//! guest memory), FLUSH, RELEASE, FSYNC, FALLOCATE, LSEEK, COPY_FILE_RANGE.
+
+use std::fs::File;
+use std::io::{self, ErrorKind};
+
+use fuse_backend_rs::abi::fuse_abi::{
+    CopyFileRangeIn, CreateIn, FallocateIn, FlushIn, FsyncIn, LseekIn, LseekOut, OpenIn, OpenOut,
+    ReadIn, ReleaseIn, WriteIn, WriteOut,
+};
+use fuse_backend_rs::transport::{Reader, Writer};
+use vm_memory::bitmap::BitmapSlice;
+use vm_memory::ByteValued;
+
+use super::abi::FUSE_FSYNC_FDATASYNC;
+use super::ops::{read_obj, read_rest, reply_empty, take_cstr};
+use super::reply::{self, einval, OUT_HEADER_SIZE};
+use super::{FuseServer, Req};
+use crate::passthrough::{Entry, Opened};
+
+/// COPY_FILE_RANGE answers in a 32-bit `fuse_write_out.size`: never copy more than fits.
+const MAX_COPY: u64 = 0xffff_f000;
+
+pub(super) fn open_out(o: &Opened) -> OpenOut {
+    OpenOut {
+        fh: o.fh,
+        open_flags: o.open_flags,
+        passthrough: 0,
+    }
+}
+
+fn reply_created<S: BitmapSlice>(
+    w: &mut Writer<S>,
+    unique: u64,
+    (e, o): &(Entry, Opened),
+) -> io::Result<u32> {
+    let entry = reply::entry_out(e);
+    let open = open_out(o);
+    reply::ok(w, unique, &[entry.as_slice(), open.as_slice()])
+}
+
+fn offset_plus(off: u64, done: usize) -> io::Result<u64> {
+    off.checked_add(done as u64).ok_or_else(einval)
+}
+
+/// Reads up to `size` bytes of `f` at `offset` straight into the guest buffers of `data`
+/// (preadv, no bounce buffer). Stops early at end of file; an error after some data was read
+/// ends the read with what was read.
+pub(super) fn read_file_into<S: BitmapSlice>(
+    data: &mut Writer<S>,
+    f: &mut File,
+    size: usize,
+    offset: u64,
+) -> io::Result<usize> {
+    let mut done = 0;
+    while done < size {
+        match data.write_from_at(&mut *f, size - done, offset_plus(offset, done)?) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
+}
+
+/// Writes `size` bytes from the guest buffers of `r` straight into `f` at `offset` (pwritev).
+/// The caller has checked that `r` holds `size` bytes.
+pub(super) fn write_file_from<S: BitmapSlice>(
+    r: &mut Reader<S>,
+    f: &mut File,
+    size: usize,
+    offset: u64,
+) -> io::Result<usize> {
+    let mut done = 0;
+    while done < size {
+        match r.read_to_at(&mut *f, size - done, offset_plus(offset, done)?) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
+}
+
+impl FuseServer {
+    pub(super) fn do_open<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        dir: bool,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let i: OpenIn = read_obj(r)?;
+        let o = if dir {
+            self.fs.opendir(&q.ctx, q.nodeid, i.flags)?
+        } else {
+            self.fs.open(&q.ctx, q.nodeid, i.flags)?
+        };
+        reply::ok(w, q.unique, &[open_out(&o).as_slice()])
+    }
+
+    pub(super) fn do_create<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let c: CreateIn = read_obj(r)?;
+        let body = read_rest(r)?;
+        let (name, _) = take_cstr(&body)?;
+        let created = self.fs.create(&q.ctx, q.nodeid, name, c.mode, c.flags)?;
+        reply_created(w, q.unique, &created)
+    }
+
+    /// TMPFILE: a `fuse_create_in` like CREATE; the kernel appends the placeholder name "/",
+    /// which means nothing and is ignored.
+    pub(super) fn do_tmpfile<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let c: CreateIn = read_obj(r)?;
+        let created = self.fs.tmpfile(&q.ctx, q.nodeid, c.mode, c.flags)?;
+        reply_created(w, q.unique, &created)
+    }
+
+    /// READ: the data goes from the file straight into the guest's buffers after the header.
+    pub(super) fn do_read<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let i: ReadIn = read_obj(r)?;
+        let room = w
+            .available_bytes()
+            .checked_sub(OUT_HEADER_SIZE)
+            .ok_or_else(einval)?;
+        let size = room.min(i.size as usize);
+        let mut data = w.split_at(OUT_HEADER_SIZE).map_err(|_| einval())?;
+        let n = self
+            .fs
+            .with_file(i.fh, |f| read_file_into(&mut data, f, size, i.offset))?;
+        reply::write_header(w, q.unique, 0, OUT_HEADER_SIZE + n)
+    }
+
+    /// WRITE: the data goes from the guest's buffers straight into the file.
+    pub(super) fn do_write<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let i: WriteIn = read_obj(r)?;
+        let size = i.size as usize;
+        if size > r.available_bytes() {
+            return Err(einval());
+        }
+        let n = self
+            .fs
+            .with_file(i.fh, |f| write_file_from(r, f, size, i.offset))?;
+        let out = WriteOut {
+            size: n as u32,
+            padding: 0,
+        };
+        reply::ok(w, q.unique, &[out.as_slice()])
+    }
+
+    pub(super) fn do_flush<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let f: FlushIn = read_obj(r)?;
+        self.fs.flush(&q.ctx, q.nodeid, f.fh, f.lock_owner)?;
+        reply_empty(w, q.unique)
+    }
+
+    /// RELEASE and RELEASEDIR (`dir`).
+    pub(super) fn do_release<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        dir: bool,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let i: ReleaseIn = read_obj(r)?;
+        if dir {
+            self.fs.releasedir(&q.ctx, q.nodeid, i.fh)?;
+        } else {
+            self.fs.release(&q.ctx, q.nodeid, i.fh)?;
+        }
+        reply_empty(w, q.unique)
+    }
+
+    /// FSYNC and FSYNCDIR (`dir`).
+    pub(super) fn do_fsync<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        dir: bool,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let i: FsyncIn = read_obj(r)?;
+        let datasync = i.fsync_flags & FUSE_FSYNC_FDATASYNC != 0;
+        if dir {
+            self.fs.fsyncdir(&q.ctx, q.nodeid, i.fh, datasync)?;
+        } else {
+            self.fs.fsync(&q.ctx, q.nodeid, i.fh, datasync)?;
+        }
+        reply_empty(w, q.unique)
+    }
+
+    pub(super) fn do_fallocate<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let i: FallocateIn = read_obj(r)?;
+        self.fs
+            .fallocate(&q.ctx, q.nodeid, i.fh, i.mode, i.offset, i.length)?;
+        reply_empty(w, q.unique)
+    }
+
+    pub(super) fn do_lseek<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let i: LseekIn = read_obj(r)?;
+        let offset = self.fs.lseek(&q.ctx, q.nodeid, i.fh, i.offset, i.whence)?;
+        reply::ok(w, q.unique, &[LseekOut { offset }.as_slice()])
+    }
+
+    pub(super) fn do_copy_file_range<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let i: CopyFileRangeIn = read_obj(r)?;
+        let n = self.fs.copy_file_range(
+            &q.ctx,
+            q.nodeid,
+            i.fh_in,
+            i.offset_in,
+            i.nodeid_out,
+            i.fh_out,
+            i.offset_out,
+            i.len.min(MAX_COPY),
+            i.flags,
+        )?;
+        let out = WriteOut {
+            size: u32::try_from(n).map_err(|_| einval())?,
+            padding: 0,
+        };
+        reply::ok(w, q.unique, &[out.as_slice()])
+    }
+}

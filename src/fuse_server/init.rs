@@ -1,0 +1,272 @@
+//! FUSE_INIT negotiation.
+
+use std::io::{self, Read};
+use std::sync::atomic::Ordering;
+
+use fuse_backend_rs::transport::{Reader, Writer};
+use vm_memory::bitmap::BitmapSlice;
+use vm_memory::ByteValued;
+
+use super::abi::*;
+use super::reply::{self, einval};
+use super::{FuseServer, ServerOptions};
+
+/// Largest WRITE/READ payload we announce: 1 MiB.
+pub const MAX_WRITE: u32 = 1 << 20;
+/// `max_pages` we announce (with FUSE_MAX_PAGES): 256 pages of 4 KiB = `MAX_WRITE`.
+pub const MAX_PAGES: u16 = 256;
+
+/// Flags we negotiate whenever the guest offers them.
+const WANTED: u64 = FUSE_ASYNC_READ
+    | FUSE_PARALLEL_DIROPS
+    | FUSE_BIG_WRITES
+    | FUSE_AUTO_INVAL_DATA
+    | FUSE_ASYNC_DIO
+    | FUSE_ATOMIC_O_TRUNC
+    | FUSE_MAX_PAGES
+    | FUSE_SUBMOUNTS
+    | FUSE_INIT_EXT;
+
+/// What an INIT request leads to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Negotiated {
+    /// Session established with this answer.
+    Session(InitOut),
+    /// The guest speaks a newer major version: answer with ours and wait for another INIT.
+    MajorOnly(InitOut),
+}
+
+/// The flags the guest offered, as one 64-bit set (flags2 counts only with FUSE_INIT_EXT).
+fn offered(init: &InitIn) -> u64 {
+    let flags = u64::from(init.flags);
+    if flags & FUSE_INIT_EXT != 0 {
+        flags | (u64::from(init.flags2) << 32)
+    } else {
+        flags
+    }
+}
+
+/// Pure negotiation: the answer to `init`, or the errno to reply with.
+pub fn negotiate(opts: &ServerOptions, init: &InitIn) -> Result<Negotiated, i32> {
+    if init.major < KERNEL_VERSION {
+        return Err(libc::EPROTO);
+    }
+    if init.major > KERNEL_VERSION {
+        return Ok(Negotiated::MajorOnly(InitOut {
+            major: KERNEL_VERSION,
+            minor: KERNEL_MINOR_VERSION,
+            ..Default::default()
+        }));
+    }
+    if init.minor < MIN_KERNEL_MINOR_VERSION {
+        return Err(libc::EPROTO);
+    }
+    let mut wanted = WANTED;
+    if opts.readdirplus {
+        wanted |= FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO;
+    }
+    if opts.allow_direct_io_mmap {
+        wanted |= FUSE_DIRECT_IO_ALLOW_MMAP;
+    }
+    let mut enabled = offered(init) & wanted;
+    if enabled & FUSE_INIT_EXT == 0 {
+        enabled &= 0xffff_ffff;
+    }
+    let max_pages = if enabled & FUSE_MAX_PAGES != 0 {
+        MAX_PAGES
+    } else {
+        0
+    };
+    // Without MAX_PAGES the guest caps requests at its default 32 pages anyway; announcing
+    // more than it will send is harmless.
+    Ok(Negotiated::Session(InitOut {
+        major: KERNEL_VERSION,
+        minor: init.minor.min(KERNEL_MINOR_VERSION),
+        max_readahead: init.max_readahead,
+        flags: enabled as u32,
+        max_background: u16::MAX,
+        congestion_threshold: u16::MAX / 4 * 3,
+        max_write: MAX_WRITE,
+        time_gran: 1,
+        max_pages,
+        map_alignment: 0,
+        flags2: (enabled >> 32) as u32,
+        max_stack_depth: 0,
+        unused: [0; 6],
+    }))
+}
+
+impl FuseServer {
+    /// FUSE_INIT. A new INIT on an established session (guest reboot or remount) starts over:
+    /// the filesystem forgets everything as on DESTROY.
+    pub(super) fn do_init<S: BitmapSlice>(
+        &self,
+        unique: u64,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        let mut init = InitIn::default();
+        let n = r.available_bytes().min(std::mem::size_of::<InitIn>());
+        if n < INIT_IN_COMPAT_SIZE {
+            return Err(einval());
+        }
+        r.read_exact(&mut init.as_mut_slice()[..n])
+            .map_err(|_| einval())?;
+        match negotiate(&self.opts, &init) {
+            Err(errno) => Err(io::Error::from_raw_os_error(errno)),
+            Ok(Negotiated::MajorOnly(out)) => reply::ok(w, unique, &[out.as_slice()]),
+            Ok(Negotiated::Session(out)) => {
+                if self.initialized.swap(false, Ordering::AcqRel) {
+                    log::info!("FUSE_INIT on an established session: resetting");
+                    self.fs.destroy();
+                }
+                log::info!(
+                    "FUSE session: guest 7.{} flags {:#x}/{:#x}, answered 7.{} flags {:#x}/{:#x}",
+                    init.minor,
+                    init.flags,
+                    init.flags2,
+                    out.minor,
+                    out.flags,
+                    out.flags2
+                );
+                let used = reply::ok(w, unique, &[out.as_slice()])?;
+                self.initialized.store(true, Ordering::Release);
+                Ok(used)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn init_in(minor: u32, flags: u64) -> InitIn {
+        InitIn {
+            major: 7,
+            minor,
+            max_readahead: 128 * 1024,
+            flags: flags as u32,
+            flags2: (flags >> 32) as u32,
+            ..Default::default()
+        }
+    }
+
+    fn session(opts: &ServerOptions, init: &InitIn) -> InitOut {
+        match negotiate(opts, init) {
+            Ok(Negotiated::Session(out)) => out,
+            other => panic!("expected a session, got {other:?}"),
+        }
+    }
+
+    fn all_flags(out: &InitOut) -> u64 {
+        u64::from(out.flags) | (u64::from(out.flags2) << 32)
+    }
+
+    #[test]
+    fn linux_6_12_offer() {
+        // Everything a 6.12 virtio-fs guest offers (it sets every bit it knows).
+        let offer = u64::MAX >> 23; // bits 0..=40
+        let out = session(&ServerOptions::default(), &init_in(41, offer));
+        assert_eq!((out.major, out.minor), (7, 38));
+        assert_eq!(out.max_write, 1 << 20);
+        assert_eq!(out.max_pages, 256);
+        assert_eq!(out.max_write, u32::from(out.max_pages) * 4096);
+        assert_eq!(out.time_gran, 1);
+        assert_eq!(out.max_readahead, 128 * 1024);
+        let expect = FUSE_ASYNC_READ
+            | FUSE_PARALLEL_DIROPS
+            | FUSE_BIG_WRITES
+            | FUSE_AUTO_INVAL_DATA
+            | FUSE_ASYNC_DIO
+            | FUSE_ATOMIC_O_TRUNC
+            | FUSE_MAX_PAGES
+            | FUSE_SUBMOUNTS
+            | FUSE_DO_READDIRPLUS
+            | FUSE_READDIRPLUS_AUTO
+            | FUSE_INIT_EXT;
+        assert_eq!(all_flags(&out), expect);
+        for never in [
+            FUSE_DONT_MASK,
+            FUSE_POSIX_ACL,
+            FUSE_HANDLE_KILLPRIV,
+            FUSE_HANDLE_KILLPRIV_V2,
+            FUSE_WRITEBACK_CACHE,
+            FUSE_SECURITY_CTX,
+            FUSE_CREATE_SUPP_GROUP,
+            FUSE_FLOCK_LOCKS,
+            FUSE_POSIX_LOCKS,
+            FUSE_EXPORT_SUPPORT,
+            FUSE_HAS_INODE_DAX,
+            FUSE_SETXATTR_EXT,
+        ] {
+            assert_eq!(all_flags(&out) & never, 0, "{never:#x}");
+        }
+    }
+
+    #[test]
+    fn only_offered_flags_are_answered() {
+        let out = session(
+            &ServerOptions::default(),
+            &init_in(31, FUSE_ASYNC_READ | FUSE_POSIX_LOCKS),
+        );
+        assert_eq!(out.minor, 31);
+        assert_eq!(all_flags(&out), FUSE_ASYNC_READ);
+        assert_eq!(out.max_pages, 0);
+    }
+
+    #[test]
+    fn flags2_need_init_ext() {
+        let opts = ServerOptions {
+            allow_direct_io_mmap: true,
+            ..ServerOptions::default()
+        };
+        let with_ext = session(
+            &opts,
+            &init_in(41, FUSE_INIT_EXT | FUSE_DIRECT_IO_ALLOW_MMAP),
+        );
+        assert_eq!(
+            all_flags(&with_ext),
+            FUSE_INIT_EXT | FUSE_DIRECT_IO_ALLOW_MMAP
+        );
+        // Without INIT_EXT the guest's flags2 is garbage (an older struct): ignore it.
+        let without = session(&opts, &init_in(41, FUSE_DIRECT_IO_ALLOW_MMAP));
+        assert_eq!(all_flags(&without), 0);
+        // Not wanted unless configured.
+        let off = session(
+            &ServerOptions::default(),
+            &init_in(41, FUSE_INIT_EXT | FUSE_DIRECT_IO_ALLOW_MMAP),
+        );
+        assert_eq!(all_flags(&off), FUSE_INIT_EXT);
+    }
+
+    #[test]
+    fn readdirplus_can_be_turned_off() {
+        let opts = ServerOptions {
+            readdirplus: false,
+            ..ServerOptions::default()
+        };
+        let out = session(
+            &opts,
+            &init_in(41, FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO),
+        );
+        assert_eq!(all_flags(&out), 0);
+    }
+
+    #[test]
+    fn versions() {
+        let opts = ServerOptions::default();
+        let mut old_major = init_in(38, 0);
+        old_major.major = 6;
+        assert_eq!(negotiate(&opts, &old_major), Err(libc::EPROTO));
+        assert_eq!(negotiate(&opts, &init_in(26, 0)), Err(libc::EPROTO));
+        let mut new_major = init_in(0, 0);
+        new_major.major = 8;
+        match negotiate(&opts, &new_major) {
+            Ok(Negotiated::MajorOnly(out)) => assert_eq!((out.major, out.minor), (7, 38)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(session(&opts, &init_in(38, 0)).minor, 38);
+        assert_eq!(session(&opts, &init_in(99, 0)).minor, 38);
+    }
+}

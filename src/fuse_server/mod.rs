@@ -1,0 +1,278 @@
+//! The FUSE request dispatcher: parses one request from a virtio descriptor chain, calls
+//! [`PassthroughFs`] and writes the reply into the chain's device-writable buffers.
+//!
+//! Only the ABI structs and the descriptor-chain `Reader`/`Writer` come from fuse-backend-rs;
+//! opcodes are matched here with a checked `match` on the raw number.
+
+pub mod abi;
+mod dir;
+mod file;
+pub mod init;
+mod ops;
+mod reply;
+
+use std::io::{self, Read};
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use fuse_backend_rs::transport::{Reader, VirtioFsWriter, Writer};
+use vm_memory::bitmap::BitmapSlice;
+use vm_memory::{ByteValued, GuestMemory};
+
+use abi::*;
+use reply::{einval, errno_of};
+
+use crate::passthrough::{Context, PassthroughFs};
+
+/// Settings that change what INIT negotiates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerOptions {
+    /// Offer READDIRPLUS (FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO); virtiofsd's
+    /// `--no-readdirplus` turns it off.
+    pub readdirplus: bool,
+    /// Negotiate FUSE_DIRECT_IO_ALLOW_MMAP, so that files opened with FOPEN_DIRECT_IO (e.g.
+    /// `--cache=never`) can still be mmapped shared; virtiofsd's `--allow-mmap`.
+    pub allow_direct_io_mmap: bool,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            readdirplus: true,
+            allow_direct_io_mmap: false,
+        }
+    }
+}
+
+/// Counter slots: one per opcode number up to FUSE_MAX_OPCODE, then one for everything else.
+const UNKNOWN_SLOT: usize = FUSE_MAX_OPCODE as usize + 1;
+
+/// What every handler needs from the in header.
+pub(crate) struct Req {
+    pub unique: u64,
+    pub nodeid: u64,
+    pub ctx: Context,
+}
+
+pub struct FuseServer {
+    fs: Arc<PassthroughFs>,
+    opts: ServerOptions,
+    /// Between a successful INIT and DESTROY.
+    initialized: AtomicBool,
+    counters: [AtomicU64; UNKNOWN_SLOT + 1],
+}
+
+fn enosys() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOSYS)
+}
+
+impl FuseServer {
+    pub fn new(fs: Arc<PassthroughFs>, opts: ServerOptions) -> Self {
+        FuseServer {
+            fs,
+            opts,
+            initialized: AtomicBool::new(false),
+            counters: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Handles one request from a descriptor chain; returns the number of bytes written to the
+    /// device-writable part (the used length to put in the used ring). Never panics, whatever
+    /// the chain contains; on malformed input replies with an errno if a reply header fits,
+    /// else returns 0. Requests that take no reply (FORGET, BATCH_FORGET, INTERRUPT) return 0.
+    pub fn handle_chain<M>(&self, mem: &M::Target, chain: virtio_queue::DescriptorChain<M>) -> u32
+    where
+        M: Deref + Clone,
+        M::Target: GuestMemory + Sized,
+    {
+        let reader = match Reader::from_descriptor_chain(mem, chain.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("bad descriptor chain (readable part): {e}");
+                return 0;
+            }
+        };
+        let writer = match VirtioFsWriter::new(mem, chain) {
+            Ok(w) => w,
+            Err(e) => {
+                log::warn!("bad descriptor chain (writable part): {e}");
+                return 0;
+            }
+        };
+        self.handle(reader, writer.into())
+    }
+
+    /// Requests seen per opcode, for opcodes seen at least once, in opcode order; requests
+    /// with an opcode we do not know are counted as "UNKNOWN".
+    pub fn stats(&self) -> Vec<(&'static str, u64)> {
+        self.counters
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let n = c.load(Ordering::Relaxed);
+                let name = if i == UNKNOWN_SLOT {
+                    "UNKNOWN"
+                } else {
+                    opcode_name(i as u32)?
+                };
+                (n > 0).then_some((name, n))
+            })
+            .collect()
+    }
+
+    fn count(&self, opcode: u32) {
+        let slot = match opcode_name(opcode) {
+            Some(_) => opcode as usize,
+            None => UNKNOWN_SLOT,
+        };
+        self.counters[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn handle<S: BitmapSlice>(&self, mut r: Reader<S>, mut w: Writer<S>) -> u32 {
+        let readable = r.available_bytes();
+        let mut h = InHeader::default();
+        let head = readable.min(std::mem::size_of::<InHeader>());
+        if r.read_exact(&mut h.as_mut_slice()[..head]).is_err() {
+            return 0;
+        }
+        if head < std::mem::size_of::<InHeader>() {
+            // Truncated header: answer EINVAL with whatever `unique` we have (0 when even it
+            // is cut), so the guest is not left waiting.
+            let unique = if head >= 16 { h.unique } else { 0 };
+            log::warn!("request shorter than fuse_in_header ({readable} bytes)");
+            return reply::error(&mut w, unique, libc::EINVAL);
+        }
+        self.count(h.opcode);
+        match self.prepare(&h, readable, &mut r) {
+            Ok(()) => {}
+            Err(e) => {
+                log::warn!(
+                    "malformed request: opcode {} unique {} len {} extlen {} (readable {readable})",
+                    h.opcode,
+                    h.unique,
+                    h.len,
+                    h.total_extlen
+                );
+                return reply::error(&mut w, h.unique, errno_of(&e));
+            }
+        }
+        let q = Req {
+            unique: h.unique,
+            nodeid: h.nodeid,
+            ctx: Context {
+                uid: h.uid,
+                gid: h.gid,
+                pid: h.pid,
+            },
+        };
+        let initialized = self.initialized.load(Ordering::Acquire);
+        // Requests that take no reply. Outside a session there is nothing to forget.
+        let no_reply = match h.opcode {
+            FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT if !initialized => Some(Ok(())),
+            FUSE_FORGET => Some(self.do_forget(&q, &mut r)),
+            FUSE_BATCH_FORGET => Some(self.do_batch_forget(&mut r)),
+            FUSE_INTERRUPT => Some(Ok(())),
+            _ => None,
+        };
+        if let Some(res) = no_reply {
+            if let Err(e) = res {
+                log::warn!("opcode {} unique {}: {e}", h.opcode, h.unique);
+            }
+            return 0;
+        }
+        if h.opcode != FUSE_INIT && !initialized {
+            return reply::error(&mut w, h.unique, libc::EIO);
+        }
+        match self.dispatch(&q, h.opcode, &mut r, &mut w) {
+            Ok(used) => used,
+            Err(e) => {
+                log::debug!("opcode {} unique {}: {e}", h.opcode, h.unique);
+                reply::error(&mut w, h.unique, errno_of(&e))
+            }
+        }
+    }
+
+    /// Checks the header's lengths and limits `r` to the request body (without extensions).
+    fn prepare<S: BitmapSlice>(
+        &self,
+        h: &InHeader,
+        readable: usize,
+        r: &mut Reader<S>,
+    ) -> io::Result<()> {
+        let len = h.len as usize;
+        let header = std::mem::size_of::<InHeader>();
+        if len < header || len > readable {
+            return Err(einval());
+        }
+        // We negotiate no request extensions (SECURITY_CTX, CREATE_SUPP_GROUP): if some come
+        // anyway, they sit at the end of the body; skip them by their length.
+        let ext = usize::from(h.total_extlen) * 8;
+        let body = (len - header).checked_sub(ext).ok_or_else(einval)?;
+        if body < r.available_bytes() {
+            r.split_at(body).map_err(|_| einval())?;
+        }
+        Ok(())
+    }
+
+    fn dispatch<S: BitmapSlice>(
+        &self,
+        q: &Req,
+        opcode: u32,
+        r: &mut Reader<S>,
+        w: &mut Writer<S>,
+    ) -> io::Result<u32> {
+        match opcode {
+            FUSE_INIT => self.do_init(q.unique, r, w),
+            FUSE_DESTROY => {
+                self.initialized.store(false, Ordering::Release);
+                self.fs.destroy();
+                ops::reply_empty(w, q.unique)
+            }
+            FUSE_LOOKUP => self.do_lookup(q, r, w),
+            FUSE_GETATTR => self.do_getattr(q, r, w),
+            FUSE_SETATTR => self.do_setattr(q, r, w),
+            FUSE_READLINK => self.do_readlink(q, w),
+            FUSE_SYMLINK => self.do_symlink(q, r, w),
+            FUSE_MKNOD => self.do_mknod(q, r, w),
+            FUSE_MKDIR => self.do_mkdir(q, r, w),
+            FUSE_UNLINK => self.do_remove(q, false, r, w),
+            FUSE_RMDIR => self.do_remove(q, true, r, w),
+            FUSE_RENAME => self.do_rename(q, false, r, w),
+            FUSE_RENAME2 => self.do_rename(q, true, r, w),
+            FUSE_LINK => self.do_link(q, r, w),
+            FUSE_OPEN => self.do_open(q, false, r, w),
+            FUSE_OPENDIR => self.do_open(q, true, r, w),
+            FUSE_CREATE => self.do_create(q, r, w),
+            FUSE_TMPFILE => self.do_tmpfile(q, r, w),
+            FUSE_READ => self.do_read(q, r, w),
+            FUSE_WRITE => self.do_write(q, r, w),
+            FUSE_FLUSH => self.do_flush(q, r, w),
+            FUSE_RELEASE => self.do_release(q, false, r, w),
+            FUSE_RELEASEDIR => self.do_release(q, true, r, w),
+            FUSE_FSYNC => self.do_fsync(q, false, r, w),
+            FUSE_FSYNCDIR => self.do_fsync(q, true, r, w),
+            FUSE_READDIR => self.do_readdir(q, false, r, w),
+            FUSE_READDIRPLUS => self.do_readdir(q, true, r, w),
+            FUSE_STATFS => self.do_statfs(q, w),
+            FUSE_ACCESS => self.do_access(q, r, w),
+            FUSE_FALLOCATE => self.do_fallocate(q, r, w),
+            FUSE_LSEEK => self.do_lseek(q, r, w),
+            FUSE_COPY_FILE_RANGE => self.do_copy_file_range(q, r, w),
+            FUSE_SYNCFS => self.do_syncfs(q, r, w),
+            FUSE_STATX => self.do_statx(q, r, w),
+            FUSE_GETXATTR => self.do_getxattr(q, false, r, w),
+            FUSE_LISTXATTR => self.do_getxattr(q, true, r, w),
+            FUSE_SETXATTR => self.do_setxattr(q, r, w),
+            FUSE_REMOVEXATTR => self.do_removexattr(q, r, w),
+            // Locks (not negotiated: the guest does them locally), BMAP, IOCTL, POLL, DAX
+            // mappings, NOTIFY_REPLY (we send no notifications), gaps and unknown numbers.
+            _ => Err(enosys()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_io;
