@@ -77,7 +77,7 @@ done
 finish() { # $1=PASS|FAIL $2=rc $3=test seconds $4=reason
   if [ "$1" != PASS ]; then
     echo "---- guest dmesg (tail) ----"
-    dmesg | tail -n 25
+    dmesg | grep -v drop_caches | tail -n 25
     echo "----------------------------"
   fi
   echo "E2E-STATUS: $1 rc=$2 boot_s=$boot_s test_s=$3${4:+ reason=$4}"
