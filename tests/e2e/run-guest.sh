@@ -97,12 +97,25 @@ stop() {
   fi
   wait "$pid" 2>/dev/null || true
 }
+# The daemon runs in its own session/process group (id = its pid, see setsid below), so that
+# children of a wrapper script are cleaned up too. stop_group PGID: like stop, for that group.
+stop_group() {
+  local pgid=$1
+  kill -0 -- "-$pgid" 2>/dev/null || { wait "$pgid" 2>/dev/null || true; return 0; }
+  kill -TERM -- "-$pgid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 -- "-$pgid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 -- "-$pgid" 2>/dev/null; then
+    log "daemon process group $pgid ignored SIGTERM; sending SIGKILL"
+    kill -KILL -- "-$pgid" 2>/dev/null || true
+  fi
+  wait "$pgid" 2>/dev/null || true
+}
 # shellcheck disable=SC2317 # invoked from the EXIT trap
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   [ -z "$qemu_pid" ] || stop "$qemu_pid" qemu
-  [ -z "$daemon_pid" ] || stop "$daemon_pid" daemon
+  [ -z "$daemon_pid" ] || stop_group "$daemon_pid"
   rm -f "$sock"
   if [ "$result" -ne 0 ] || [ "$rc" -ne 0 ]; then keep=1; fi
   if [ -n "$keep" ]; then
@@ -134,7 +147,9 @@ if [ "$(basename "${daemon_cmd[0]}")" = virtiofsd ] && [[ " ${daemon_cmd[*]} " !
 fi
 log "daemon: ${daemon_cmd[*]} ${dargs[*]}"
 t_daemon=$(now)
-"${daemon_cmd[@]}" "${dargs[@]}" > "$dlog" 2>&1 < /dev/null &
+# setsid: not a group leader here, so it execs the daemon in a new session without forking:
+# $! is the daemon's pid and the id of its process group.
+setsid "${daemon_cmd[@]}" "${dargs[@]}" > "$dlog" 2>&1 < /dev/null &
 daemon_pid=$!
 for _ in $(seq 300); do
   [ -S "$sock" ] && break
@@ -142,7 +157,8 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 if ! kill -0 "$daemon_pid" 2>/dev/null; then
-  st=0; wait "$daemon_pid" || st=$?; daemon_pid=
+  st=0; wait "$daemon_pid" || st=$?
+  stop_group "$daemon_pid"; daemon_pid=''
   fail 2 "daemon exited (status $st) before QEMU connected"
 fi
 [ -S "$sock" ] || fail 2 "daemon did not create $sock within 30 s"
@@ -163,13 +179,23 @@ t_qemu=$(now)
 "$qemu" "${qargs[@]}" < /dev/null > "$console" 2> "$qlog" &
 qemu_pid=$!
 
-t_init='' t_mounted='' t_status='' timed_out=''
+t_init='' t_mounted='' t_status='' timed_out='' daemon_died=''
 deadline=$(awk -v a="$t_qemu" -v b="$timeout_s" 'BEGIN { printf "%d", a + b }')
 while kill -0 "$qemu_pid" 2>/dev/null; do
   if [ -z "$t_init" ] && grep -q 'E2E-INIT uptime=' "$console"; then t_init=$(now); fi
   if [ -z "$t_mounted" ] && grep -q 'E2E-MOUNTED uptime=' "$console"; then t_mounted=$(now); fi
   if [ -z "$t_status" ] && grep -q 'E2E-STATUS: ' "$console"; then t_status=$(now); fi
   if [ "${EPOCHSECONDS}" -ge "$deadline" ]; then timed_out=1; break; fi
+  if [ -z "$t_status" ] && ! kill -0 "$daemon_pid" 2>/dev/null; then
+    # The daemon died under a running guest: its requests would hang until the timeout.
+    daemon_died=${daemon_died:-$EPOCHSECONDS}
+    if [ $((EPOCHSECONDS - daemon_died)) -ge 3 ]; then
+      stop "$qemu_pid" qemu; qemu_pid=''
+      st=0; wait "$daemon_pid" || st=$?
+      stop_group "$daemon_pid"; daemon_pid=''
+      fail 2 "daemon exited (status $st) while the guest was running"
+    fi
+  fi
   sleep 0.1
 done
 if [ -n "$timed_out" ]; then
@@ -193,19 +219,24 @@ if kill -0 "$daemon_pid" 2>/dev/null; then
   kill -TERM "$daemon_pid"
   for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$daemon_pid" 2>/dev/null; then
-    kill -KILL "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true; daemon_pid=
+    stop_group "$daemon_pid"; daemon_pid=''
     daemon_note="did not exit within ${daemon_exit_timeout}s of QEMU exiting and ignored SIGTERM (killed)"
   else
-    daemon_st=0; wait "$daemon_pid" || daemon_st=$?; daemon_pid=
+    daemon_st=0; wait "$daemon_pid" || daemon_st=$?
     case "$daemon_st" in
       0|143) log "daemon stopped on SIGTERM (status $daemon_st)" ;;
       *) daemon_note="exited with status $daemon_st after SIGTERM" ;;
     esac
   fi
 else
-  daemon_st=0; wait "$daemon_pid" || daemon_st=$?; daemon_pid=
+  daemon_st=0; wait "$daemon_pid" || daemon_st=$?
   if [ "$daemon_st" -ne 0 ]; then daemon_note="exited with status $daemon_st"; fi
+fi
+if [ -n "$daemon_pid" ]; then
+  if kill -0 -- "-$daemon_pid" 2>/dev/null; then
+    daemon_note="${daemon_note:+$daemon_note; }left processes behind in its process group (killed)"
+  fi
+  stop_group "$daemon_pid"; daemon_pid=''
 fi
 if grep -qE "panicked at|RUST_BACKTRACE|Segmentation fault|AddressSanitizer" "$dlog"; then
   daemon_note="${daemon_note:+$daemon_note; }panic/crash in daemon log"
