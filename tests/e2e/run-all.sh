@@ -59,8 +59,18 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/vhostfs-e2e-all.XXXXXX")
 logroot=${E2E_LOG_DIR:-$work/logs}
 failed=0
+rg_pid='' viewer_pid=''
+# shellcheck disable=SC2317 # invoked from the EXIT trap
 cleanup() {
   local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "$rg_pid" ] && kill -0 "$rg_pid" 2>/dev/null; then
+    # run-guest.sh stops its QEMU and daemon on SIGTERM.
+    kill -TERM "$rg_pid" 2>/dev/null || true
+    wait "$rg_pid" 2>/dev/null || true
+  fi
+  # The log viewer (tail --pid) ends within a second of run-guest.sh.
+  [ -z "$viewer_pid" ] || wait "$viewer_pid" 2>/dev/null || true
   if [ "$failed" -ne 0 ] || [ "$rc" -ne 0 ]; then
     [ -n "${E2E_LOG_DIR:-}" ] || { mkdir -p "$logroot" && log "logs kept in $logroot"; }
     rm -rf "$work/cases" "$work/initramfs.cpio.gz"
@@ -89,8 +99,18 @@ run_case() {
   "$here/host-fs-test.sh" prepare "$dir/shared"
   t2=$(now)
   prep=$(elapsed "$t1" "$t2")
+  # In the background + `wait`, so that a SIGTERM/SIGINT to this script is handled at once
+  # (the trap stops run-guest.sh, which stops QEMU and the daemon).
+  : > "$logs/run-guest.out"
   "$here/run-guest.sh" --initramfs "$work/initramfs.cpio.gz" --shared-dir "$dir/shared" \
-    --log-dir "$logs" -- "$@" 2>&1 | tee "$logs/run-guest.out" | grep -vE '^(PASS: |     \()' || true
+    --log-dir "$logs" -- "$@" > "$logs/run-guest.out" 2>&1 &
+  rg_pid=$!
+  tail -n +1 -f --pid="$rg_pid" "$logs/run-guest.out" | grep --line-buffered -vE '^(PASS: |     \()|logs kept in' &
+  viewer_pid=$!
+  wait "$rg_pid" || true
+  rg_pid=''
+  wait "$viewer_pid" || true
+  viewer_pid=''
   rc=$(grep -o '^E2E-RESULT: [A-Z-]*' "$logs/run-guest.out" | awk '{ print $2 }' || true)
   t3=$(now)
   case "$expect" in
