@@ -102,7 +102,7 @@ run_case() {
   # In the background + `wait`, so that a SIGTERM/SIGINT to this script is handled at once
   # (the trap stops run-guest.sh, which stops QEMU and the daemon).
   : > "$logs/run-guest.out"
-  "$here/run-guest.sh" --initramfs "$work/initramfs.cpio.gz" --shared-dir "$dir/shared" \
+  E2E_SHOW_LOGS=$([ "$expect" = pass ] && echo 1 || echo 0) "$here/run-guest.sh" --initramfs "$work/initramfs.cpio.gz" --shared-dir "$dir/shared" \
     --log-dir "$logs" -- "$@" > "$logs/run-guest.out" 2>&1 &
   rg_pid=$!
   tail -n +1 -f --pid="$rg_pid" "$logs/run-guest.out" | grep --line-buffered -vE '^(PASS: |     \()|logs kept in' &

@@ -21,7 +21,8 @@
 #   --tag TAG          virtio-fs tag (default: share)
 # Environment: DAEMON, VHOSTFS_GUEST_DIR (default: REPO/target/guest), QEMU (default:
 #   qemu-system-x86_64), E2E_MEM (default: 512M), E2E_SMP (default: 2), E2E_KEEP=1,
-#   E2E_DAEMON_EXIT_TIMEOUT (seconds to wait for the daemon to exit by itself; default 10).
+#   E2E_DAEMON_EXIT_TIMEOUT (seconds to wait for the daemon to exit by itself; default 10),
+#   E2E_SHOW_LOGS=0 (do not dump log tails when the guest reports FAIL).
 #
 # Exit status: 0 guest PASS and daemon clean; 1 guest reported FAIL; 2 daemon problem (did not
 # start, crashed, panicked, unclean exit); 3 harness problem (timeout, no status line, QEMU error).
@@ -270,7 +271,7 @@ tr -d '\r' < "$console" | grep -E '^FAIL: ' >&2 || true
 [ -z "$status_line" ] || log "guest: $status_line"
 case $result in
   0) verdict=PASS ;;
-  1) verdict=FAIL; show_logs ;;
+  1) verdict=FAIL; [ "${E2E_SHOW_LOGS:-1}" = 0 ] || show_logs ;;
   2) verdict=DAEMON-ERROR; log "daemon: $daemon_note"; show_logs ;;
   *) verdict=ERROR; log "no E2E-STATUS line from the guest (qemu status $qemu_st)"; show_logs ;;
 esac
