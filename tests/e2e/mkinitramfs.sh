@@ -64,8 +64,9 @@ up() { cut -d' ' -f1 /proc/uptime; }
 boot_s=$(up)
 echo "E2E-INIT uptime=$boot_s kernel=$(uname -r)"
 
-tag=share script=/test.sh mountopts= gtimeout=0
-for arg in $(cat /proc/cmdline); do
+tag=share script=/test.sh mountopts='' gtimeout=0
+read -r cmdline < /proc/cmdline
+for arg in $cmdline; do
   case "$arg" in
     e2e.tag=*) tag=${arg#*=} ;;
     e2e.script=*) script=${arg#*=} ;;
