@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# End-to-end tests of a virtio-fs daemon in a TCG guest (what .ci/run calls).
+#
+#   tests/e2e/run-all.sh
+#
+# Daemon selection:
+#   VHOSTFS      daemon binary (default: target/release/vhostfs, else target/debug/vhostfs)
+#   DAEMON_ARGS  its arguments (default: "--inode-file-handles=prefer --rlimit-nofile 4096")
+#   DAEMON       overrides both: a binary alone gets DAEMON_ARGS appended; a command with
+#                arguments is used as is. E.g. DAEMON=virtiofsd tests/e2e/run-all.sh
+# The harness appends --socket-path/--shared-dir (and --sandbox=none for virtiofsd).
+# Other knobs:
+#   E2E_NEGATIVE=1  also run the daemon with --inode-file-handles=never and expect the 20,000-file
+#                   directory checks (and only those) to fail with ENFILE: proves the test can fail.
+#                   Meaningful for virtiofsd 1.14.
+#   E2E_LOG_DIR     keep logs (console/daemon/qemu per case) there; default: temp dir, kept
+#                   and printed only on failure.
+#   E2E_MANY        files in the big directory (default 20000); E2E_TIMEOUT (default 600 s).
+#   VHOSTFS_GUEST_DIR, QEMU, E2E_MEM, E2E_SMP: see run-guest.sh.
+# Must run as root (chown to 1000:1000 in the guest needs a root daemon).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+now() { echo "${EPOCHREALTIME/,/.}"; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+log() { echo "run-all: $*"; }
+
+default_args=${DAEMON_ARGS:---inode-file-handles=prefer --rlimit-nofile 4096}
+if [ -n "${DAEMON:-}" ]; then
+  # shellcheck disable=SC2206 # word splitting of $DAEMON is the interface
+  daemon=(${DAEMON})
+  if [ ${#daemon[@]} -eq 1 ]; then
+    # shellcheck disable=SC2206
+    daemon+=(${default_args})
+  fi
+else
+  bin=${VHOSTFS:-}
+  if [ -z "$bin" ]; then
+    for b in "$repo/target/release/vhostfs" "$repo/target/debug/vhostfs"; do
+      if [ -x "$b" ]; then bin=$b; break; fi
+    done
+  fi
+  if [ -z "$bin" ]; then
+    echo "run-all: no vhostfs binary (cargo build [--release]); or set VHOSTFS=/path or DAEMON=virtiofsd" >&2
+    exit 2
+  fi
+  # shellcheck disable=SC2206
+  daemon=("$bin" ${default_args})
+fi
+if ! command -v "${daemon[0]}" >/dev/null; then
+  echo "run-all: daemon ${daemon[0]} not found" >&2
+  exit 2
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "run-all: warning: not root; chown and the daemon's privileged operations will fail" >&2
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/vhostfs-e2e-all.XXXXXX")
+logroot=${E2E_LOG_DIR:-$work/logs}
+failed=0
+rg_pid='' viewer_pid=''
+# shellcheck disable=SC2317 # invoked from the EXIT trap
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "$rg_pid" ] && kill -0 "$rg_pid" 2>/dev/null; then
+    # run-guest.sh stops its QEMU and daemon on SIGTERM.
+    kill -TERM "$rg_pid" 2>/dev/null || true
+    wait "$rg_pid" 2>/dev/null || true
+  fi
+  # The log viewer (tail --pid) ends within a second of run-guest.sh.
+  [ -z "$viewer_pid" ] || wait "$viewer_pid" 2>/dev/null || true
+  if [ "$failed" -ne 0 ] || [ "$rc" -ne 0 ]; then
+    [ -n "${E2E_LOG_DIR:-}" ] || { mkdir -p "$logroot" && log "logs kept in $logroot"; }
+    rm -rf "$work/cases" "$work/initramfs.cpio.gz"
+    [ -n "${E2E_LOG_DIR:-}" ] && rm -rf "$work"
+  else
+    rm -rf "$work"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+t0=$(now)
+"$here/mkinitramfs.sh" "$work/initramfs.cpio.gz" >/dev/null
+log "initramfs built in $(elapsed "$t0" "$(now)") s"
+log "daemon: ${daemon[*]} ($("${daemon[0]}" --version 2>/dev/null | head -n1 || echo 'version unknown'))"
+
+summary=()
+# run_case NAME EXPECT CMD...   EXPECT: pass | fail-ls (guest must fail the big-directory checks and nothing else)
+run_case() {
+  local name=$1 expect=$2; shift 2
+  local dir=$work/cases/$name logs=$logroot/$name rc=0 t1 t2 t3 t4 prep verify_rc=0 verdict
+  mkdir -p "$dir" "$logs"
+  log "=== case $name: $* (expect $expect)"
+  t1=$(now)
+  "$here/host-fs-test.sh" prepare "$dir/shared"
+  t2=$(now)
+  prep=$(elapsed "$t1" "$t2")
+  # In the background + `wait`, so that a SIGTERM/SIGINT to this script is handled at once
+  # (the trap stops run-guest.sh, which stops QEMU and the daemon).
+  : > "$logs/run-guest.out"
+  E2E_SHOW_LOGS=$([ "$expect" = pass ] && echo 1 || echo 0) "$here/run-guest.sh" --initramfs "$work/initramfs.cpio.gz" --shared-dir "$dir/shared" \
+    --log-dir "$logs" -- "$@" > "$logs/run-guest.out" 2>&1 &
+  rg_pid=$!
+  tail -n +1 -f --pid="$rg_pid" "$logs/run-guest.out" | grep --line-buffered -vE '^(PASS: |     \()|logs kept in' &
+  viewer_pid=$!
+  wait "$rg_pid" || true
+  rg_pid=''
+  wait "$viewer_pid" || true
+  viewer_pid=''
+  rc=$(grep -o '^E2E-RESULT: [A-Z-]*' "$logs/run-guest.out" | awk '{ print $2 }' || true)
+  t3=$(now)
+  case "$expect" in
+    pass)
+      if [ "$rc" = PASS ]; then
+        "$here/host-fs-test.sh" verify "$dir/shared" > "$logs/host-verify.out" || verify_rc=$?
+        grep '^FAIL' "$logs/host-verify.out" || true
+        if [ "$verify_rc" -eq 0 ]; then verdict=PASS; else verdict="FAIL(host verify: $verify_rc failed)"; fi
+      else
+        verdict="FAIL(guest: ${rc:-no result})"
+      fi ;;
+    fail-ls)
+      local bad
+      local big='^FAIL: (ls -l|readdir) [0-9]+ files'
+      bad=$(tr -d '\r' < "$logs/console.log" | grep '^FAIL: ' | grep -Evc "$big" || true)
+      if [ "$rc" = FAIL ] && [ "$bad" -eq 0 ] && tr -d '\r' < "$logs/console.log" | grep -Eq "$big"; then
+        verdict="PASS(failed as expected: $(tr -d '\r' < "$logs/console.log" | grep -Ec "$big") big-directory checks)"
+      else
+        verdict="FAIL(expected only the big-directory checks to fail; guest: ${rc:-no result}, other failures: $bad)"
+      fi ;;
+  esac
+  t4=$(now)
+  local timing
+  timing=$(grep -o 'daemon_start=.*total=[0-9.]*s' "$logs/run-guest.out" || echo "no timings")
+  summary+=("$name: $verdict | prepare=${prep}s $timing verify=$(elapsed "$t3" "$t4")s")
+  [[ "$verdict" == PASS* ]] || failed=$((failed + 1))
+  rm -rf "$dir"  # shared dir (20,000 files); logs stay under $logroot
+}
+
+run_case prefer pass "${daemon[@]}"
+if [ "${E2E_NEGATIVE:-0}" = 1 ]; then
+  neg=()
+  for a in "${daemon[@]}"; do [[ "$a" == --inode-file-handles* ]] || neg+=("$a"); done
+  run_case never-negative fail-ls "${neg[@]}" --inode-file-handles=never
+fi
+
+echo
+log "summary (total $(elapsed "$t0" "$(now)") s):"
+for s in "${summary[@]}"; do echo "  $s"; done
+if [ "$failed" -ne 0 ]; then
+  log "$failed case(s) FAILED"
+  exit 1
+fi
+log "all cases passed"
