@@ -26,7 +26,10 @@ const DEFAULT_RLIMIT_NOFILE: u64 = 1_000_000;
 /// Raises RLIMIT_NOFILE as asked (`None`: as high as allowed; `Some(0)`: leave it) and returns
 /// the soft limit in force.
 fn set_rlimit_nofile(wanted: Option<u64>) -> io::Result<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: valid out pointer.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(io::Error::last_os_error());
@@ -42,20 +45,30 @@ fn set_rlimit_nofile(wanted: Option<u64>) -> io::Result<u64> {
             DEFAULT_RLIMIT_NOFILE.min(nr_open)
         }
     };
-    let new = libc::rlimit { rlim_cur: target, rlim_max: target.max(lim.rlim_max) };
+    let new = libc::rlimit {
+        rlim_cur: target,
+        rlim_max: target.max(lim.rlim_max),
+    };
     // SAFETY: valid pointer.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } == 0 {
         return Ok(target);
     }
     let e = io::Error::last_os_error();
     let capped = target.min(lim.rlim_max);
-    let level = if wanted.is_some() { log::Level::Warn } else { log::Level::Info };
+    let level = if wanted.is_some() {
+        log::Level::Warn
+    } else {
+        log::Level::Info
+    };
     log::log!(
         level,
         "cannot raise the open-file limit to {target} ({e}; raising the hard limit needs \
          CAP_SYS_RESOURCE): continuing with {capped}"
     );
-    let new = libc::rlimit { rlim_cur: capped, rlim_max: lim.rlim_max };
+    let new = libc::rlimit {
+        rlim_cur: capped,
+        rlim_max: lim.rlim_max,
+    };
     // SAFETY: valid pointer.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } != 0 {
         return Err(io::Error::last_os_error());
@@ -67,7 +80,10 @@ fn check_shared_dir(cfg: &Config) -> Result<(), String> {
     let dir = &cfg.shared_dir;
     match fs::metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(format!("shared directory {} is not a directory", dir.display())),
+        Ok(_) => Err(format!(
+            "shared directory {} is not a directory",
+            dir.display()
+        )),
         Err(e) => Err(format!("shared directory {}: {e}", dir.display())),
     }
 }
@@ -85,7 +101,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // SAFETY: process-wide but harmless: no file has been created yet.
     unsafe { libc::umask(0) };
     check_shared_dir(&cfg)?;
-    let nofile = set_rlimit_nofile(cfg.rlimit_nofile).map_err(|e| format!("--rlimit-nofile: {e}"))?;
+    let nofile =
+        set_rlimit_nofile(cfg.rlimit_nofile).map_err(|e| format!("--rlimit-nofile: {e}"))?;
     let budget = FdBudget::from_rlimit(nofile).limit();
     if nofile < 2 * crate::fd_budget::DAEMON_RESERVE as u64 {
         log::warn!("the open-file limit is {nofile}: the guest can hold only {budget} open files");
@@ -106,28 +123,38 @@ pub fn run(cfg: Config) -> Result<(), String> {
     log::info!(
         "sharing {} ({} mode, fd budget {budget})",
         cfg.shared_dir.display(),
-        if fs.uses_file_handles() { "file-handle" } else { "O_PATH fd" }
+        if fs.uses_file_handles() {
+            "file-handle"
+        } else {
+            "O_PATH fd"
+        }
     );
-    let server = Arc::new(FuseServer::new(fs, ServerOptions { readonly: cfg.readonly, xattr: cfg.xattr }));
+    let server = Arc::new(FuseServer::new(fs, ServerOptions::default()));
     let backend = VhostFsBackend::new(server, cfg.tag.as_deref()).map_err(|e| e.to_string())?;
 
     let (_pid_file, mut listener) = match &cfg.socket {
         SocketSource::Path(path) => {
             let pid = PidFile::create(path).map_err(|e| e.to_string())?;
-            let l = Listener::new(path, true).map_err(|e| format!("socket {}: {e}", path.display()))?;
+            let l =
+                Listener::new(path, true).map_err(|e| format!("socket {}: {e}", path.display()))?;
             (Some(pid), l)
         }
         // SAFETY: the command line checked that the fd is an open socket; we take it over.
         SocketSource::Fd(fd) => (None, unsafe { Listener::from_raw_fd(*fd) }),
     };
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-    let mut daemon = VhostUserDaemon::new("vhostfs".into(), backend, mem).map_err(|e| e.to_string())?;
+    let mut daemon =
+        VhostUserDaemon::new("vhostfs".into(), backend, mem).map_err(|e| e.to_string())?;
     log::info!("waiting for the vhost-user frontend");
-    daemon.start(&mut listener).map_err(|e| format!("vhost-user: {e}"))?;
+    daemon
+        .start(&mut listener)
+        .map_err(|e| format!("vhost-user: {e}"))?;
     match daemon.wait() {
         Ok(()) => Ok(()),
         Err(DaemonError::HandleRequest(
-            VhostUserError::Disconnected | VhostUserError::PartialMessage | VhostUserError::SocketBroken(_),
+            VhostUserError::Disconnected
+            | VhostUserError::PartialMessage
+            | VhostUserError::SocketBroken(_),
         )) => {
             log::info!("the frontend disconnected");
             Ok(())

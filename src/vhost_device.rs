@@ -18,9 +18,12 @@ use vhost_user_backend::bitmap::BitmapMmapRegion;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
-use vm_memory::{ByteValued, GuestMemoryAtomic, GuestMemoryMmap};
+use virtio_queue::QueueT;
+use vm_memory::{ByteValued, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
 
 use crate::fuse_server::FuseServer;
 
@@ -85,7 +88,13 @@ impl VhostFsBackend {
 
     /// Serves every chain available on `vring`.
     fn process_queue(&self, vring: &Vring) -> io::Result<()> {
-        let Some(atomic) = self.inner.mem.read().unwrap_or_else(|e| e.into_inner()).clone() else {
+        let Some(atomic) = self
+            .inner
+            .mem
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
             return Err(io::Error::other("request before the memory table"));
         };
         let event_idx = self.inner.event_idx.load(Ordering::Relaxed);
@@ -95,7 +104,10 @@ impl VhostFsBackend {
             }
             loop {
                 let mem = atomic.memory();
-                let chain = vring.get_mut().get_queue_mut().pop_descriptor_chain(mem.clone());
+                let chain = vring
+                    .get_mut()
+                    .get_queue_mut()
+                    .pop_descriptor_chain(mem.clone());
                 let Some(chain) = chain else { break };
                 let head = chain.head_index();
                 let used = self.inner.server.handle_chain(&*mem, chain);
@@ -149,7 +161,9 @@ impl VhostUserBackend for VhostFsBackend {
     }
 
     fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
-        let Some(tag) = self.inner.tag else { return Vec::new() };
+        let Some(tag) = self.inner.tag else {
+            return Vec::new();
+        };
         let cfg = VirtioFsConfig {
             tag,
             num_request_queues: (MAX_REQUEST_QUEUES as u32).to_le(),
@@ -174,7 +188,13 @@ impl VhostUserBackend for VhostFsBackend {
         new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()
     }
 
-    fn handle_event(&self, device_event: u16, evset: EventSet, vrings: &[Vring], _thread: usize) -> io::Result<()> {
+    fn handle_event(
+        &self,
+        device_event: u16,
+        evset: EventSet,
+        vrings: &[Vring],
+        _thread: usize,
+    ) -> io::Result<()> {
         if evset != EventSet::IN {
             return Err(io::Error::other(format!("unexpected event set {evset:?}")));
         }

@@ -85,9 +85,14 @@ fn walk(client: &FuseClient, daemon: &Daemon) -> Walk {
                     break;
                 }
             };
-            let a = client.getattr(e.nodeid, None).expect("getattr of a looked-up entry");
+            let a = client
+                .getattr(e.nodeid, None)
+                .expect("getattr of a looked-up entry");
             assert_eq!(a.attr.ino, e.attr.ino);
-            assert_eq!(e.nodeid, w.nodeids[i], "LOOKUP after READDIRPLUS gives the same node ID");
+            assert_eq!(
+                e.nodeid, w.nodeids[i],
+                "LOOKUP after READDIRPLUS gives the same node ID"
+            );
             w.looked_up += 1;
             if i % 1000 == 0 {
                 w.max_fds = w.max_fds.max(daemon.fd_count().unwrap());
@@ -112,7 +117,13 @@ fn start(share: &TempDir, args: &[&str]) -> (Daemon, FuseClient, TempDir) {
 
 fn handle_mode(mode: &str) {
     let share = make_share(FILES);
-    let (mut daemon, client, _s) = start(&share, &[&format!("--inode-file-handles={mode}"), "--rlimit-nofile=4096"]);
+    let (mut daemon, client, _s) = start(
+        &share,
+        &[
+            &format!("--inode-file-handles={mode}"),
+            "--rlimit-nofile=4096",
+        ],
+    );
     let w = walk(&client, &daemon);
     assert_eq!(w.stopped_by, None, "the walk must not fail in {mode} mode");
     assert_eq!(w.entries, FILES);
@@ -139,11 +150,22 @@ fn windows_walk_mandatory_holds_no_fd_per_inode() {
 #[test]
 fn windows_walk_never_gets_enfile_and_keeps_serving() {
     let share = make_share(FILES);
-    let (mut daemon, client, _s) = start(&share, &["--inode-file-handles=never", "--rlimit-nofile=4096"]);
+    let (mut daemon, client, _s) = start(
+        &share,
+        &["--inode-file-handles=never", "--rlimit-nofile=4096"],
+    );
     let w = walk(&client, &daemon);
-    assert_eq!(w.stopped_by, Some(ENFILE), "the walk must run out of fd budget");
+    assert_eq!(
+        w.stopped_by,
+        Some(ENFILE),
+        "the walk must run out of fd budget"
+    );
     assert!(w.entries < FILES);
-    assert!(w.entries > 3000, "the budget should allow most of 4096 fds, got {}", w.entries);
+    assert!(
+        w.entries > 3000,
+        "the budget should allow most of 4096 fds, got {}",
+        w.entries
+    );
     assert!(w.max_fds <= 4096, "never exceeds the limit: {}", w.max_fds);
     println!(
         "never: ENFILE after {} entries, max fds {}, RSS growth {} B/inode",
@@ -154,11 +176,20 @@ fn windows_walk_never_gets_enfile_and_keeps_serving() {
     // Still serving: the root answers, and once the guest forgets a few inodes (as a guest under
     // memory pressure does), files can be created and read again.
     assert!(daemon.is_alive());
-    client.getattr(ROOT, None).expect("getattr root after ENFILE");
-    assert_eq!(client.create(ROOT, "new", 0o644, libc::O_RDWR as u32, 0).err(), Some(ENFILE));
+    client
+        .getattr(ROOT, None)
+        .expect("getattr root after ENFILE");
+    assert_eq!(
+        client
+            .create(ROOT, "new", 0o644, libc::O_RDWR as u32, 0)
+            .err(),
+        Some(ENFILE)
+    );
     let forget: Vec<(u64, u64)> = w.nodeids[..16].iter().map(|&n| (n, 1)).collect();
     client.batch_forget(&forget);
-    let (e, o) = client.create(ROOT, "new", 0o644, libc::O_RDWR as u32, 0).expect("create after forget");
+    let (e, o) = client
+        .create(ROOT, "new", 0o644, libc::O_RDWR as u32, 0)
+        .expect("create after forget");
     assert_eq!(client.write(e.nodeid, o.fh, 0, b"still here").unwrap(), 10);
     assert_eq!(client.read(e.nodeid, o.fh, 0, 100).unwrap(), b"still here");
     client.release(e.nodeid, o.fh, 0).unwrap();
