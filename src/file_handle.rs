@@ -138,17 +138,43 @@ impl MountFds {
             .cloned()
     }
 
-    /// Remembers `fd` (dup'ed) as the mount fd of `mnt_id` unless one is known already.
-    pub fn insert_if_absent(&self, mnt_id: u64, fd: BorrowedFd) -> io::Result<()> {
+    /// Makes sure there is a mount fd for `mnt_id`, opening one from `fd` (an O_PATH fd of an
+    /// inode of type `kind` on that mount) if needed. `open_by_handle_at` refuses O_PATH mount
+    /// fds, so this re-opens the inode read-only through `/proc/self/fd`; only directories and
+    /// regular files are opened (opening a device or FIFO could have side effects): for other
+    /// types it fails with `EOPNOTSUPP`.
+    pub fn ensure(
+        &self,
+        mnt_id: u64,
+        fd: BorrowedFd,
+        kind: u32,
+        proc_self_fd: BorrowedFd,
+    ) -> io::Result<()> {
         if self.get(mnt_id).is_some() {
             return Ok(());
         }
-        let dup = fd.try_clone_to_owned()?;
+        if kind != libc::S_IFDIR && kind != libc::S_IFREG {
+            return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        }
+        let name = std::ffi::CString::new(fd.as_raw_fd().to_string()).expect("digits have no NUL");
+        // SAFETY: valid dirfd and C string; the result is checked and owned.
+        let ret = unsafe {
+            libc::openat(
+                proc_self_fd.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
+            )
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd we own.
+        let mount = unsafe { OwnedFd::from_raw_fd(ret) };
         self.fds
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .entry(mnt_id)
-            .or_insert_with(|| Arc::new(dup));
+            .or_insert_with(|| Arc::new(mount));
         Ok(())
     }
 
@@ -169,6 +195,7 @@ impl MountFds {
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
+    use std::os::unix::fs::OpenOptionsExt;
 
     #[test]
     fn handle_roundtrip() {
@@ -180,7 +207,15 @@ mod tests {
             .unwrap()
             .expect("tmp supports handles");
         let mounts = MountFds::default();
-        mounts.insert_if_absent(h.mnt_id, d.as_fd()).unwrap();
+        let proc_self_fd = std::fs::File::open("/proc/self/fd").unwrap();
+        let path = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(&dir)
+            .unwrap();
+        mounts
+            .ensure(h.mnt_id, path.as_fd(), libc::S_IFDIR, proc_self_fd.as_fd())
+            .unwrap();
         let fd = mounts.open(&h, libc::O_RDONLY).unwrap();
         let mut s = String::new();
         std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s).unwrap();

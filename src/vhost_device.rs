@@ -32,7 +32,7 @@ pub type GuestMemory = GuestMemoryMmap<BitmapMmapRegion>;
 type Vring = VringRwLock<GuestMemoryAtomic<GuestMemory>>;
 
 /// Request queues offered to the frontend (plus the high-priority queue).
-pub const MAX_REQUEST_QUEUES: usize = 16;
+pub const MAX_REQUEST_QUEUES: usize = 8;
 /// Largest queue the frontend may configure.
 pub const MAX_QUEUE_SIZE: usize = 1024;
 

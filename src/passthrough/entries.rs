@@ -42,29 +42,36 @@ impl PassthroughFs {
         };
         let inode = match self.inodes.ref_existing(&key) {
             Some(inode) => inode,
-            None => self.inodes.insert(Inode::new(
-                key,
-                st.stx_mode as u32 & libc::S_IFMT,
-                self.source_for(fd)?,
-            )),
+            None => {
+                let kind = st.stx_mode as u32 & libc::S_IFMT;
+                self.inodes
+                    .insert(Inode::new(key, kind, self.source_for(fd, kind)?))
+            }
         };
         let submount =
             self.cfg.announce_submounts && key.mnt_id != parent.key.mnt_id && inode.is_dir();
         Ok(self.entry(&inode, st, if submount { FUSE_ATTR_SUBMOUNT } else { 0 }))
     }
 
-    /// How a newly seen inode will be reached: its handle, or `fd` itself.
-    fn source_for(&self, fd: OwnedFd) -> io::Result<InodeSource> {
+    /// How a newly seen inode (of type `kind`) will be reached: its handle, or `fd` itself.
+    fn source_for(&self, fd: OwnedFd, kind: u32) -> io::Result<InodeSource> {
         if self.use_handles {
-            match FileHandle::from_fd(fd.as_fd(), c"")? {
-                Some(h) => {
-                    self.mounts.insert_if_absent(h.mnt_id, fd.as_fd())?;
-                    return Ok(InodeSource::Handle(h));
+            let handle = FileHandle::from_fd(fd.as_fd(), c"")?
+                .ok_or_else(|| err(libc::EOPNOTSUPP))
+                .and_then(|h| {
+                    self.mounts
+                        .ensure(h.mnt_id, fd.as_fd(), kind, self.proc_self_fd.as_fd())?;
+                    Ok(h)
+                });
+            match handle {
+                Ok(h) => return Ok(InodeSource::Handle(h)),
+                // A sub-filesystem without handles: the lookup fails, the daemon goes on.
+                Err(e)
+                    if self.cfg.inode_file_handles == crate::cli::InodeFileHandles::Mandatory =>
+                {
+                    return Err(e)
                 }
-                None if self.cfg.inode_file_handles == crate::cli::InodeFileHandles::Mandatory => {
-                    return Err(err(libc::EOPNOTSUPP));
-                }
-                None => {}
+                Err(_) => {}
             }
         }
         Ok(InodeSource::Fd {

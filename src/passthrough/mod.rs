@@ -159,7 +159,7 @@ impl PassthroughFs {
         let mounts = MountFds::default();
         let use_handles = match cfg.inode_file_handles {
             InodeFileHandles::Never => false,
-            mode => match Self::probe_handles(root_fd.as_fd(), &mounts) {
+            mode => match Self::probe_handles(root_fd.as_fd(), &mounts, proc_self_fd.as_fd()) {
                 Ok(()) => true,
                 Err(e) if mode == InodeFileHandles::Prefer => {
                     log::warn!(
@@ -206,9 +206,13 @@ impl PassthroughFs {
     }
 
     /// Makes and opens a handle of the shared dir, to know whether handles work at all.
-    fn probe_handles(root: BorrowedFd, mounts: &MountFds) -> io::Result<()> {
+    fn probe_handles(
+        root: BorrowedFd,
+        mounts: &MountFds,
+        proc_self_fd: BorrowedFd,
+    ) -> io::Result<()> {
         let h = FileHandle::from_fd(root, c"")?.ok_or_else(|| err(libc::EOPNOTSUPP))?;
-        mounts.insert_if_absent(h.mnt_id, root)?;
+        mounts.ensure(h.mnt_id, root, libc::S_IFDIR, proc_self_fd)?;
         mounts.open(&h, libc::O_PATH).map(drop)
     }
 
