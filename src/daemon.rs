@@ -90,13 +90,6 @@ fn check_shared_dir(cfg: &Config) -> Result<(), String> {
 
 /// Serves one vhost-user connection; returns when the frontend disconnects.
 pub fn run(cfg: Config) -> Result<(), String> {
-    if cfg.thread_pool_size > 0 {
-        return Err(format!(
-            "not supported yet: --thread-pool-size={} (vhostfs serves each request queue on a \
-             thread of its own; use 0)",
-            cfg.thread_pool_size
-        ));
-    }
     // New files get exactly the mode the guest asked for (its kernel applied its umask).
     // SAFETY: process-wide but harmless: no file has been created yet.
     unsafe { libc::umask(0) };
@@ -130,7 +123,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         }
     );
     let server = Arc::new(FuseServer::new(fs, ServerOptions::default()));
-    let backend = VhostFsBackend::new(server, cfg.tag.as_deref()).map_err(|e| e.to_string())?;
+    let backend = VhostFsBackend::new(server, cfg.tag.as_deref(), cfg.thread_pool_size)
+        .map_err(|e| e.to_string())?;
 
     let (_pid_file, mut listener) = match &cfg.socket {
         SocketSource::Path(path) => {

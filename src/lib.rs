@@ -11,3 +11,4 @@ pub mod logger;
 pub mod passthrough;
 pub mod pid_file;
 pub mod vhost_device;
+pub mod worker_pool;

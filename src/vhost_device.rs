@@ -26,6 +26,7 @@ use vmm_sys_util::event::{
 };
 
 use crate::fuse_server::FuseServer;
+use crate::worker_pool::WorkerPool;
 
 /// Guest memory as the backend maps it (with dirty-page logging support).
 pub type GuestMemory = GuestMemoryMmap<BitmapMmapRegion>;
@@ -54,14 +55,21 @@ pub struct VhostFsBackend {
 
 struct Inner {
     server: Arc<FuseServer>,
+    /// `Some` with `--thread-pool-size N > 0`: queue threads hand requests to it.
+    pool: Option<WorkerPool>,
     mem: RwLock<Option<GuestMemoryAtomic<GuestMemory>>>,
     event_idx: AtomicBool,
     tag: Option<[u8; 36]>,
 }
 
 impl VhostFsBackend {
-    /// `tag`: the mount tag to expose in the device config (`--tag`), at most 36 bytes.
-    pub fn new(server: Arc<FuseServer>, tag: Option<&str>) -> io::Result<VhostFsBackend> {
+    /// `tag`: the mount tag to expose in the device config (`--tag`), at most 36 bytes;
+    /// `pool_size`: threads of the worker pool (0: each queue thread serves its own requests).
+    pub fn new(
+        server: Arc<FuseServer>,
+        tag: Option<&str>,
+        pool_size: usize,
+    ) -> io::Result<VhostFsBackend> {
         let tag = match tag {
             None => None,
             Some(t) if t.is_empty() || t.len() > 36 => {
@@ -79,6 +87,11 @@ impl VhostFsBackend {
         Ok(VhostFsBackend {
             inner: Arc::new(Inner {
                 server,
+                pool: if pool_size > 0 {
+                    Some(WorkerPool::new(pool_size)?)
+                } else {
+                    None
+                },
                 mem: RwLock::new(None),
                 event_idx: AtomicBool::new(false),
                 tag,
@@ -110,11 +123,20 @@ impl VhostFsBackend {
                     .pop_descriptor_chain(mem.clone());
                 let Some(chain) = chain else { break };
                 let head = chain.head_index();
-                let used = self.inner.server.handle_chain(&*mem, chain);
-                vring.add_used(head, used).map_err(io::Error::other)?;
-                let notify = !event_idx || vring.needs_notification().map_err(io::Error::other)?;
-                if notify {
-                    vring.signal_used_queue()?;
+                match &self.inner.pool {
+                    None => {
+                        let used = self.inner.server.handle_chain(&*mem, chain);
+                        complete(vring, head, used, event_idx)?;
+                    }
+                    Some(pool) => {
+                        let (server, vring) = (Arc::clone(&self.inner.server), vring.clone());
+                        pool.execute(move || {
+                            let used = server.handle_chain(&*mem, chain);
+                            if let Err(e) = complete(&vring, head, used, event_idx) {
+                                log::error!("cannot complete a request: {e}");
+                            }
+                        });
+                    }
                 }
             }
             // With EVENT_IDX, re-enable notifications and look again: the guest may have added
@@ -124,6 +146,15 @@ impl VhostFsBackend {
             }
         }
     }
+}
+
+/// Puts a served chain in the used ring and notifies the guest if it wants to be.
+fn complete(vring: &Vring, head: u16, used: u32, event_idx: bool) -> io::Result<()> {
+    vring.add_used(head, used).map_err(io::Error::other)?;
+    if !event_idx || vring.needs_notification().map_err(io::Error::other)? {
+        vring.signal_used_queue()?;
+    }
+    Ok(())
 }
 
 impl VhostUserBackend for VhostFsBackend {

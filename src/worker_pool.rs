@@ -1,0 +1,98 @@
+//! A fixed pool of threads that run requests handed over by the queue threads
+//! (`--thread-pool-size N`, N > 0).
+//!
+//! Without a pool each queue's thread serves its requests one after the other; with one, a queue
+//! thread only pops chains and the pool serves them in parallel, so slow requests (fsync, a cold
+//! read) do not hold up the rest of the queue. The pool is shared by all queues.
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+pub struct WorkerPool {
+    tx: Mutex<Option<Sender<Job>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl WorkerPool {
+    pub fn new(size: usize) -> std::io::Result<WorkerPool> {
+        let (tx, rx) = channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let threads = (0..size)
+            .map(|i| {
+                let rx = Arc::clone(&rx);
+                std::thread::Builder::new()
+                    .name(format!("vhostfs-pool-{i}"))
+                    .spawn(move || worker(&rx))
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(WorkerPool {
+            tx: Mutex::new(Some(tx)),
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// Runs `job` on a pool thread (or here, if the pool is shutting down).
+    pub fn execute(&self, job: impl FnOnce() + Send + 'static) {
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match tx {
+            Some(tx) => {
+                if let Err(e) = tx.send(Box::new(job)) {
+                    (e.0)();
+                }
+            }
+            None => job(),
+        }
+    }
+}
+
+fn worker(rx: &Mutex<Receiver<Job>>) {
+    loop {
+        // The lock is held only while waiting for the next job, never while running one.
+        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+        match job {
+            Ok(job) => job(),
+            Err(_) => return,
+        }
+    }
+}
+
+impl Drop for WorkerPool {
+    /// Lets the threads finish the jobs already queued, then joins them.
+    fn drop(&mut self) {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        for t in self
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn runs_every_job_in_parallel_threads() {
+        let pool = WorkerPool::new(4).unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let barrier = Arc::new(std::sync::Barrier::new(4));
+        for _ in 0..4 {
+            let (done, barrier) = (Arc::clone(&done), Arc::clone(&barrier));
+            // Only completes if four jobs run at the same time.
+            pool.execute(move || {
+                barrier.wait();
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        drop(pool);
+        assert_eq!(done.load(Ordering::SeqCst), 4);
+    }
+}
