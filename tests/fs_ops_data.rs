@@ -264,6 +264,44 @@ fn readdir_and_readdirplus_of_1000_entries() {
 }
 
 #[test]
+fn readdirplus_entries_take_exactly_one_lookup() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    for name in ["a", "b", "c", "d"] {
+        fs::write(s.shared.join(name), b"").unwrap();
+    }
+    let dh = c.opendir(ROOT, 0).unwrap();
+    // Room for about two entries: the entry that did not fit must not keep a lookup.
+    let first = c.readdirplus(ROOT, dh.fh, 0, 400).unwrap();
+    let named: Vec<_> = first
+        .iter()
+        .filter(|p| p.dirent.name != b"." && p.dirent.name != b"..")
+        .collect();
+    let mut offset = first.last().unwrap().dirent.off;
+    let mut rest = Vec::new();
+    loop {
+        let batch = c.readdirplus(ROOT, dh.fh, offset, 400).unwrap();
+        let Some(last) = batch.last() else { break };
+        offset = last.dirent.off;
+        rest.extend(batch);
+    }
+    let mut nodes: Vec<u64> = named.iter().map(|p| p.entry.nodeid).collect();
+    nodes.extend(
+        rest.iter()
+            .filter(|p| p.dirent.name != b"." && p.dirent.name != b"..")
+            .map(|p| p.entry.nodeid),
+    );
+    assert_eq!(nodes.len(), 4);
+    // One FORGET each and they are gone: every entry was handed out with one lookup.
+    for &n in &nodes {
+        c.getattr(n, None).expect("node from READDIRPLUS");
+        c.forget(n, 1);
+        assert_eq!(c.getattr(n, None).err(), Some(libc::EBADF));
+    }
+    c.releasedir(ROOT, dh.fh).unwrap();
+}
+
+#[test]
 fn statfs_access_syncfs() {
     let s = Session::start(&[]);
     let c = &s.client;

@@ -75,6 +75,15 @@ fn init_negotiates_and_destroy_allows_a_new_init() {
     assert_eq!(e.attr.ino, fs::metadata(s.shared.join("f")).unwrap().ino());
     c.getattr(e.nodeid, None)
         .expect("GETATTR in the new session");
+
+    // A guest offering little gets only what it offered, and no max_pages without MAX_PAGES.
+    c.destroy().unwrap();
+    let small = c
+        .init_with(FUSE_ASYNC_READ | FUSE_POSIX_LOCKS | FUSE_EXPORT_SUPPORT)
+        .expect("INIT with few flags");
+    assert_eq!((small.flags, small.flags2), (FUSE_ASYNC_READ as u32, 0));
+    assert_eq!(small.max_pages, 0);
+    c.getattr(ROOT, None).expect("GETATTR in the third session");
 }
 
 #[test]
