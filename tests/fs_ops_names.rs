@@ -523,6 +523,13 @@ fn created_files_belong_to_the_caller() {
     // The entry reply says so too.
     let e = user.mkdir(ROOT, "u-dir2", 0o700, 0).unwrap();
     assert_eq!((e.attr.uid, e.attr.gid), (1000, 1000));
+    // Without root's capabilities, uid 1000 cannot make a device node.
+    assert_eq!(
+        user.mknod(ROOT, "u-chr", libc::S_IFCHR | 0o600, encode_dev(1, 3), 0)
+            .err(),
+        Some(libc::EPERM)
+    );
+    assert!(!s.shared.join("u-chr").exists());
     // The daemon switched back: a root request still creates root files.
     let e = c.mkdir(ROOT, "r-dir2", 0o700, 0).unwrap();
     assert_eq!((e.attr.uid, e.attr.gid), (0, 0));
