@@ -14,8 +14,9 @@ use crate::credentials::Credentials;
 use crate::handle_table::OpenFile;
 use crate::inode_table::{Inode, InodeKey, InodeSource};
 
-/// Open flags the guest may not pass through: creation is done by CREATE, O_NOCTTY and
-/// O_DIRECT are the daemon's business (no `--allow-direct-io` yet).
+/// Open flags the guest may not pass through: creation is done by CREATE (which puts O_CREAT
+/// back, and keeps the guest's O_EXCL), O_NOCTTY and O_DIRECT are the daemon's business (no
+/// `--allow-direct-io` yet).
 const STRIPPED_FLAGS: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT;
 
 impl PassthroughFs {
@@ -69,7 +70,10 @@ impl PassthroughFs {
     ) -> io::Result<(Entry, Opened)> {
         self.check_writable()?;
         check_name(name)?;
-        let flags = self.open_flags(flags)? | libc::O_CREAT;
+        // O_EXCL stays: the name may exist on the host although the guest thought it free, and
+        // an exclusive create must then fail with EEXIST rather than open the existing file.
+        let excl = flags as i32 & libc::O_EXCL;
+        let flags = self.open_flags(flags)? | libc::O_CREAT | excl;
         let dir = self.inodes.get(parent)?;
         if !dir.is_dir() {
             return Err(err(libc::ENOTDIR));

@@ -135,6 +135,15 @@ impl FuseClient {
         c
     }
 
+    /// Another client on the same queue whose requests carry `uid`/`gid` in the fuse_in_header
+    /// (a guest process with those credentials), sharing the negotiated INIT flags.
+    pub fn with_creds(&self, uid: u32, gid: u32) -> FuseClient {
+        let mut c = self.on_queue(self.queue);
+        c.uid = uid;
+        c.gid = gid;
+        c
+    }
+
     pub fn guest(&self) -> &Arc<TestGuest> {
         &self.guest
     }

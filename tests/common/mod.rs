@@ -10,10 +10,12 @@ pub mod frontend;
 pub mod fuse_abi;
 pub mod fuse_client;
 pub mod guest_memory;
+pub mod session;
 pub mod virtqueue;
 
 pub use daemon::{spawn_vhostfs, virtiofsd_path, Daemon, TempDir};
 pub use frontend::{GuestOptions, TestGuest};
 pub use fuse_client::FuseClient;
 pub use guest_memory::GuestBuf;
+pub use session::Session;
 pub use virtqueue::{Next, RawDesc};

@@ -1,0 +1,48 @@
+//! A vhostfs daemon on a fresh shared directory with a connected, initialised test guest: the
+//! set-up of the per-operation integration tests (`tests/fs_ops*.rs`).
+
+use std::sync::Arc;
+
+use super::daemon::{spawn_vhostfs, Daemon, TempDir};
+use super::frontend::TestGuest;
+use super::fuse_abi::InitOut;
+use super::fuse_client::FuseClient;
+
+const MIB: usize = 1 << 20;
+
+pub struct Session {
+    pub client: FuseClient,
+    /// What the daemon answered to the first INIT.
+    pub init: InitOut,
+    pub daemon: Daemon,
+    pub shared: TempDir,
+    _sock_dir: TempDir,
+}
+
+impl Session {
+    /// vhostfs with `extra` arguments on a fresh share, one request queue.
+    pub fn start(extra: &[&str]) -> Session {
+        Session::start_with_queues(extra, 1)
+    }
+
+    /// vhostfs with `extra` arguments on a fresh share, `queues` request queues of 256
+    /// descriptors and 64 MiB of guest memory; INIT done on queue 0.
+    pub fn start_with_queues(extra: &[&str], queues: usize) -> Session {
+        let shared = TempDir::new("fs-ops-shared").unwrap();
+        let sock_dir = TempDir::new("fs-ops-sock").unwrap();
+        let socket = sock_dir.join("vfs.sock");
+        let args: Vec<&str> = [&["--log-level=error"], extra].concat();
+        let daemon = spawn_vhostfs(&socket, shared.path(), &args)
+            .unwrap_or_else(|e| panic!("cannot start vhostfs: {e}"));
+        let guest = TestGuest::connect(&socket, queues, 256, 64 * MIB).expect("vhost-user set-up");
+        let client = FuseClient::new(Arc::new(guest), 0);
+        let init = client.init().expect("FUSE_INIT");
+        Session {
+            client,
+            init,
+            daemon,
+            shared,
+            _sock_dir: sock_dir,
+        }
+    }
+}

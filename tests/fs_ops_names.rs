@@ -1,0 +1,709 @@
+//! Every name and attribute operation of vhostfs (INIT, DESTROY, LOOKUP, FORGET, BATCH_FORGET,
+//! GETATTR, SETATTR, READLINK, SYMLINK, MKNOD, MKDIR, UNLINK, RMDIR, RENAME, RENAME2, LINK,
+//! INTERRUPT, unknown opcodes), each checked on the reply and on the host directory; ownership
+//! and mode of created files; confinement of names and symlinks; exit on disconnect.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::fuse_abi::*;
+use common::{FuseClient, Session};
+
+const ROOT: u64 = FUSE_ROOT_ID;
+
+const FATTR_MODE: u32 = 1 << 0;
+const FATTR_UID: u32 = 1 << 1;
+const FATTR_GID: u32 = 1 << 2;
+const FATTR_SIZE: u32 = 1 << 3;
+const FATTR_ATIME: u32 = 1 << 4;
+const FATTR_MTIME: u32 = 1 << 5;
+const FATTR_FH: u32 = 1 << 6;
+const FATTR_ATIME_NOW: u32 = 1 << 7;
+const FATTR_MTIME_NOW: u32 = 1 << 8;
+
+/// Linux `new_encode_dev()`: the u32 device number in FUSE MKNOD and `fuse_attr.rdev`.
+fn encode_dev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+}
+
+fn mode_bits(mode: u32) -> u32 {
+    mode & 0o7777
+}
+
+#[test]
+fn init_negotiates_and_destroy_allows_a_new_init() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    let check = |init: &InitOut| {
+        assert_eq!((init.major, init.minor), (7, 38));
+        assert_eq!(init.max_write, 1 << 20);
+        assert_eq!(init.max_pages, 256);
+        let flags = u64::from(init.flags) | (u64::from(init.flags2) << 32);
+        for want in [
+            FUSE_ASYNC_READ,
+            FUSE_PARALLEL_DIROPS,
+            FUSE_BIG_WRITES,
+            FUSE_AUTO_INVAL_DATA,
+            FUSE_ASYNC_DIO,
+            FUSE_ATOMIC_O_TRUNC,
+            FUSE_MAX_PAGES,
+            FUSE_SUBMOUNTS,
+            FUSE_DO_READDIRPLUS,
+            FUSE_READDIRPLUS_AUTO,
+        ] {
+            assert_ne!(flags & want, 0, "INIT flag {want:#x} not negotiated");
+        }
+        // Only what the guest offered comes back.
+        assert_eq!(flags & !LINUX_6_12_VIRTIOFS_INIT_FLAGS, 0);
+    };
+    check(&s.init);
+
+    fs::write(s.shared.join("f"), b"x").unwrap();
+    let old = c.lookup(ROOT, "f").unwrap();
+    c.destroy().expect("DESTROY");
+    // Outside a session the daemon refuses everything but INIT.
+    assert_eq!(c.lookup(ROOT, "f").err(), Some(libc::EIO));
+
+    let again = c.init().expect("INIT after DESTROY");
+    check(&again);
+    // DESTROY forgot every node ID; the name can be looked up again.
+    assert_eq!(c.getattr(old.nodeid, None).err(), Some(libc::EBADF));
+    let e = c.lookup(ROOT, "f").expect("LOOKUP in the new session");
+    assert_eq!(e.attr.ino, fs::metadata(s.shared.join("f")).unwrap().ino());
+    c.getattr(e.nodeid, None)
+        .expect("GETATTR in the new session");
+
+    // A guest offering little gets only what it offered, and no max_pages without MAX_PAGES.
+    c.destroy().unwrap();
+    let small = c
+        .init_with(FUSE_ASYNC_READ | FUSE_POSIX_LOCKS | FUSE_EXPORT_SUPPORT)
+        .expect("INIT with few flags");
+    assert_eq!((small.flags, small.flags2), (FUSE_ASYNC_READ as u32, 0));
+    assert_eq!(small.max_pages, 0);
+    c.getattr(ROOT, None).expect("GETATTR in the third session");
+}
+
+#[test]
+fn lookup_getattr_and_forget() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    fs::write(s.shared.join("f"), b"hello").unwrap();
+    fs::set_permissions(s.shared.join("f"), fs::Permissions::from_mode(0o604)).unwrap();
+    let host = fs::metadata(s.shared.join("f")).unwrap();
+
+    let e = c.lookup(ROOT, "f").expect("LOOKUP");
+    assert!(e.nodeid != 0 && e.nodeid != ROOT);
+    assert_eq!(e.attr.ino, host.ino());
+    assert_eq!(e.attr.size, 5);
+    assert_eq!(e.attr.mode, libc::S_IFREG | 0o604);
+    assert_eq!((e.attr.uid, e.attr.gid), (host.uid(), host.gid()));
+    assert_eq!(c.lookup(ROOT, "missing").err(), Some(libc::ENOENT));
+    assert_eq!(
+        c.lookup(e.nodeid, "below-a-file").err(),
+        Some(libc::ENOTDIR)
+    );
+
+    // A re-lookup returns the same node ID (and takes a second lookup).
+    let e2 = c.lookup(ROOT, "f").unwrap();
+    assert_eq!(e2.nodeid, e.nodeid);
+
+    let a = c.getattr(e.nodeid, None).expect("GETATTR");
+    assert_eq!(
+        (a.attr.ino, a.attr.size, a.attr.mode),
+        (host.ino(), 5, e.attr.mode)
+    );
+    assert_eq!(a.attr.mtime as i64, host.mtime());
+    // With FUSE_GETATTR_FH the open file is asked, even if it was renamed on the host meanwhile.
+    let o = c.open(e.nodeid, libc::O_RDONLY as u32).unwrap();
+    fs::rename(s.shared.join("f"), s.shared.join("g")).unwrap();
+    fs::write(s.shared.join("f"), b"another file").unwrap();
+    let a = c.getattr(e.nodeid, Some(o.fh)).expect("GETATTR with fh");
+    assert_eq!((a.attr.ino, a.attr.size), (host.ino(), 5));
+    assert_eq!(
+        c.getattr(e.nodeid, Some(o.fh + 1000)).err(),
+        Some(libc::EBADF)
+    );
+    c.release(e.nodeid, o.fh, libc::O_RDONLY as u32).unwrap();
+
+    // Two lookups: one FORGET leaves it alive, the second kills it.
+    c.forget(e.nodeid, 1);
+    c.getattr(e.nodeid, None).expect("one lookup left");
+    c.forget(e.nodeid, 1);
+    assert_eq!(c.getattr(e.nodeid, None).err(), Some(libc::EBADF));
+    // LOOKUP works again and gives a working node ID.
+    let back = c.lookup(ROOT, "g").expect("LOOKUP after FORGET");
+    assert_eq!(back.attr.ino, host.ino());
+    assert_eq!(c.getattr(back.nodeid, None).unwrap().attr.ino, host.ino());
+
+    // BATCH_FORGET of several nodes at once, with counts.
+    fs::write(s.shared.join("h"), b"").unwrap();
+    let h = c.lookup(ROOT, "h").unwrap();
+    c.lookup(ROOT, "h").unwrap();
+    let g2 = c.lookup(ROOT, "g").unwrap();
+    assert_eq!(g2.nodeid, back.nodeid);
+    c.batch_forget(&[(h.nodeid, 1), (back.nodeid, 2)]);
+    c.getattr(h.nodeid, None).expect("h has one lookup left");
+    assert_eq!(c.getattr(back.nodeid, None).err(), Some(libc::EBADF));
+    c.batch_forget(&[(h.nodeid, 1)]);
+    assert_eq!(c.getattr(h.nodeid, None).err(), Some(libc::EBADF));
+    // The root is never forgotten.
+    c.forget(ROOT, 100);
+    assert_eq!(
+        c.getattr(ROOT, None).unwrap().attr.mode & libc::S_IFMT,
+        libc::S_IFDIR
+    );
+}
+
+#[test]
+fn setattr_with_and_without_fh() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    let path = s.shared.join("f");
+    fs::write(&path, b"0123456789").unwrap();
+    let e = c.lookup(ROOT, "f").unwrap();
+
+    // Mode, without fh.
+    let a = c
+        .setattr(
+            e.nodeid,
+            &SetattrIn {
+                valid: FATTR_MODE,
+                mode: libc::S_IFREG | 0o4751,
+                ..Default::default()
+            },
+        )
+        .expect("SETATTR mode");
+    assert_eq!(a.attr.mode, libc::S_IFREG | 0o4751);
+    assert_eq!(fs::metadata(&path).unwrap().mode(), libc::S_IFREG | 0o4751);
+
+    // Owner and group, each alone and together.
+    let set_owner = |valid, uid, gid| {
+        let attr = SetattrIn {
+            valid,
+            uid,
+            gid,
+            ..Default::default()
+        };
+        c.setattr(e.nodeid, &attr).expect("SETATTR uid/gid")
+    };
+    let a = set_owner(FATTR_UID | FATTR_GID, 1000, 1001);
+    assert_eq!((a.attr.uid, a.attr.gid), (1000, 1001));
+    let a = set_owner(FATTR_GID, 7, 2002);
+    assert_eq!((a.attr.uid, a.attr.gid), (1000, 2002));
+    let m = fs::metadata(&path).unwrap();
+    assert_eq!((m.uid(), m.gid()), (1000, 2002));
+
+    // Size, without fh and through an open file.
+    let a = c
+        .setattr(
+            e.nodeid,
+            &SetattrIn {
+                valid: FATTR_SIZE,
+                size: 3,
+                ..Default::default()
+            },
+        )
+        .expect("SETATTR size");
+    assert_eq!(a.attr.size, 3);
+    assert_eq!(fs::read(&path).unwrap(), b"012");
+    let o = c.open(e.nodeid, libc::O_RDWR as u32).unwrap();
+    let a = c
+        .setattr(
+            e.nodeid,
+            &SetattrIn {
+                valid: FATTR_SIZE | FATTR_FH,
+                fh: o.fh,
+                size: 8192,
+                ..Default::default()
+            },
+        )
+        .expect("SETATTR size via fh");
+    assert_eq!(a.attr.size, 8192);
+    assert_eq!(fs::metadata(&path).unwrap().len(), 8192);
+
+    // Explicit times, without fh, then through the fh.
+    let a = c
+        .setattr(
+            e.nodeid,
+            &SetattrIn {
+                valid: FATTR_ATIME | FATTR_MTIME,
+                atime: 1_000_000_000,
+                atimensec: 5,
+                mtime: 1_100_000_000,
+                mtimensec: 7,
+                ..Default::default()
+            },
+        )
+        .expect("SETATTR times");
+    assert_eq!((a.attr.atime, a.attr.atimensec), (1_000_000_000, 5));
+    assert_eq!((a.attr.mtime, a.attr.mtimensec), (1_100_000_000, 7));
+    let m = fs::metadata(&path).unwrap();
+    assert_eq!((m.atime(), m.atime_nsec()), (1_000_000_000, 5));
+    assert_eq!((m.mtime(), m.mtime_nsec()), (1_100_000_000, 7));
+    // Only mtime, via fh: atime is left alone.
+    c.setattr(
+        e.nodeid,
+        &SetattrIn {
+            valid: FATTR_MTIME | FATTR_FH,
+            fh: o.fh,
+            mtime: 1_200_000_000,
+            ..Default::default()
+        },
+    )
+    .expect("SETATTR mtime via fh");
+    let m = fs::metadata(&path).unwrap();
+    assert_eq!(
+        (m.atime(), m.mtime(), m.mtime_nsec()),
+        (1_000_000_000, 1_200_000_000, 0)
+    );
+
+    // NOW for both.
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let a = c
+        .setattr(
+            e.nodeid,
+            &SetattrIn {
+                valid: FATTR_ATIME | FATTR_MTIME | FATTR_ATIME_NOW | FATTR_MTIME_NOW,
+                ..Default::default()
+            },
+        )
+        .expect("SETATTR times NOW");
+    let m = fs::metadata(&path).unwrap();
+    for t in [
+        m.atime(),
+        m.mtime(),
+        a.attr.atime as i64,
+        a.attr.mtime as i64,
+    ] {
+        assert!((t - now).abs() <= 5, "time {t} is not now ({now})");
+    }
+
+    // Mode through the fh.
+    c.setattr(
+        e.nodeid,
+        &SetattrIn {
+            valid: FATTR_MODE | FATTR_FH,
+            fh: o.fh,
+            mode: libc::S_IFREG | 0o600,
+            ..Default::default()
+        },
+    )
+    .expect("SETATTR mode via fh");
+    assert_eq!(mode_bits(fs::metadata(&path).unwrap().mode()), 0o600);
+    c.release(e.nodeid, o.fh, libc::O_RDWR as u32).unwrap();
+
+    // A stale fh is refused, and so is an unknown node.
+    let stale = SetattrIn {
+        valid: FATTR_SIZE | FATTR_FH,
+        fh: o.fh,
+        size: 1,
+        ..Default::default()
+    };
+    assert_eq!(c.setattr(e.nodeid, &stale).err(), Some(libc::EBADF));
+    assert_eq!(fs::metadata(&path).unwrap().len(), 8192);
+    assert_eq!(
+        c.setattr(0xdead_0000, &SetattrIn::default()).err(),
+        Some(libc::EBADF)
+    );
+}
+
+#[test]
+fn symlink_and_readlink() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    let e = c.symlink(ROOT, "l", "some/where/../x").expect("SYMLINK");
+    assert_eq!(e.attr.mode & libc::S_IFMT, libc::S_IFLNK);
+    assert_eq!(e.attr.size, "some/where/../x".len() as u64);
+    let host = fs::symlink_metadata(s.shared.join("l")).unwrap();
+    assert!(host.file_type().is_symlink());
+    assert_eq!(host.ino(), e.attr.ino);
+    assert_eq!(
+        fs::read_link(s.shared.join("l")).unwrap().to_str(),
+        Some("some/where/../x")
+    );
+    assert_eq!(c.readlink(e.nodeid).expect("READLINK"), b"some/where/../x");
+    assert_eq!(c.symlink(ROOT, "l", "other").err(), Some(libc::EEXIST));
+
+    fs::write(s.shared.join("f"), b"").unwrap();
+    let f = c.lookup(ROOT, "f").unwrap();
+    assert_eq!(c.readlink(f.nodeid).err(), Some(libc::EINVAL));
+}
+
+#[test]
+fn mknod_fifo_and_char_device() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    let e = c
+        .mknod(ROOT, "fifo", libc::S_IFIFO | 0o640, 0, 0o022)
+        .expect("MKNOD fifo");
+    assert_eq!(e.attr.mode, libc::S_IFIFO | 0o640);
+    let host = fs::symlink_metadata(s.shared.join("fifo")).unwrap();
+    assert!(host.file_type().is_fifo());
+    assert_eq!(host.mode(), libc::S_IFIFO | 0o640);
+    assert_eq!(host.ino(), e.attr.ino);
+
+    // A char device with a minor above 255 (exercises the split minor encoding); we are root.
+    let rdev = encode_dev(10, 300);
+    let e = c
+        .mknod(ROOT, "chr", libc::S_IFCHR | 0o600, rdev, 0)
+        .expect("MKNOD char device");
+    assert_eq!(e.attr.mode, libc::S_IFCHR | 0o600);
+    assert_eq!(e.attr.rdev, rdev);
+    let host = fs::symlink_metadata(s.shared.join("chr")).unwrap();
+    assert!(host.file_type().is_char_device());
+    assert_eq!(host.rdev(), libc::makedev(10, 300));
+
+    assert_eq!(
+        c.mknod(ROOT, "fifo", libc::S_IFIFO | 0o600, 0, 0).err(),
+        Some(libc::EEXIST)
+    );
+}
+
+#[test]
+fn mkdir_unlink_rmdir() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    let d = c.mkdir(ROOT, "d", 0o750, 0o022).expect("MKDIR");
+    assert_eq!(d.attr.mode, libc::S_IFDIR | 0o750);
+    assert_eq!(d.attr.nlink, 2);
+    let host = fs::metadata(s.shared.join("d")).unwrap();
+    assert!(host.is_dir());
+    assert_eq!(mode_bits(host.mode()), 0o750);
+    assert_eq!(host.ino(), d.attr.ino);
+    assert_eq!(c.mkdir(ROOT, "d", 0o755, 0).err(), Some(libc::EEXIST));
+
+    // A subdirectory made through the daemon bumps the parent's nlink on the host.
+    let sub = c
+        .mkdir(d.nodeid, "sub", 0o700, 0)
+        .expect("MKDIR in a subdir");
+    assert_eq!(fs::metadata(s.shared.join("d")).unwrap().nlink(), 3);
+    fs::write(s.shared.join("d/sub/file"), b"x").unwrap();
+
+    assert_eq!(c.rmdir(d.nodeid, "sub").err(), Some(libc::ENOTEMPTY));
+    assert!(s.shared.join("d/sub/file").exists());
+    assert_eq!(c.unlink(d.nodeid, "sub").err(), Some(libc::EISDIR));
+    assert_eq!(c.rmdir(sub.nodeid, "file").err(), Some(libc::ENOTDIR));
+    c.unlink(sub.nodeid, "file").expect("UNLINK");
+    assert!(!s.shared.join("d/sub/file").exists());
+    assert_eq!(c.unlink(sub.nodeid, "file").err(), Some(libc::ENOENT));
+    c.rmdir(d.nodeid, "sub").expect("RMDIR");
+    assert!(!s.shared.join("d/sub").exists());
+    assert_eq!(c.rmdir(d.nodeid, "sub").err(), Some(libc::ENOENT));
+    c.rmdir(ROOT, "d").expect("RMDIR d");
+    assert_eq!(fs::read_dir(s.shared.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn rename_and_rename2() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    fs::create_dir(s.shared.join("d")).unwrap();
+    fs::write(s.shared.join("a"), b"A").unwrap();
+    fs::write(s.shared.join("b"), b"B").unwrap();
+    let d = c.lookup(ROOT, "d").unwrap();
+    let a = c.lookup(ROOT, "a").unwrap();
+    let b = c.lookup(ROOT, "b").unwrap();
+
+    // Plain RENAME across directories: the node ID travels with the inode.
+    c.rename(ROOT, "a", d.nodeid, "a2").expect("RENAME");
+    assert!(!s.shared.join("a").exists());
+    assert_eq!(fs::read(s.shared.join("d/a2")).unwrap(), b"A");
+    assert_eq!(c.lookup(d.nodeid, "a2").unwrap().nodeid, a.nodeid);
+    assert_eq!(c.rename(ROOT, "a", ROOT, "x").err(), Some(libc::ENOENT));
+
+    // RENAME2 with RENAME_NOREPLACE onto an existing name.
+    assert_eq!(
+        c.rename2(d.nodeid, "a2", ROOT, "b", libc::RENAME_NOREPLACE)
+            .err(),
+        Some(libc::EEXIST)
+    );
+    assert_eq!(fs::read(s.shared.join("b")).unwrap(), b"B");
+    assert_eq!(fs::read(s.shared.join("d/a2")).unwrap(), b"A");
+    c.rename2(d.nodeid, "a2", ROOT, "c", libc::RENAME_NOREPLACE)
+        .expect("RENAME_NOREPLACE to a free name");
+    assert_eq!(fs::read(s.shared.join("c")).unwrap(), b"A");
+
+    // RENAME_EXCHANGE swaps the two names.
+    c.rename2(ROOT, "b", ROOT, "c", libc::RENAME_EXCHANGE)
+        .expect("RENAME_EXCHANGE");
+    assert_eq!(fs::read(s.shared.join("b")).unwrap(), b"A");
+    assert_eq!(fs::read(s.shared.join("c")).unwrap(), b"B");
+    assert_eq!(c.lookup(ROOT, "b").unwrap().nodeid, a.nodeid);
+    assert_eq!(c.lookup(ROOT, "c").unwrap().nodeid, b.nodeid);
+    assert_eq!(
+        c.rename2(ROOT, "b", ROOT, "nothing", libc::RENAME_EXCHANGE)
+            .err(),
+        Some(libc::ENOENT)
+    );
+
+    // Plain RENAME replaces.
+    c.rename(ROOT, "b", ROOT, "c").expect("RENAME over a file");
+    assert_eq!(fs::read(s.shared.join("c")).unwrap(), b"A");
+    assert!(!s.shared.join("b").exists());
+    // Unknown flags are refused.
+    assert_eq!(
+        c.rename2(ROOT, "c", ROOT, "e", 1 << 7).err(),
+        Some(libc::EINVAL)
+    );
+    assert!(s.shared.join("c").exists());
+}
+
+#[test]
+fn hard_link_has_the_same_node_id() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    fs::write(s.shared.join("f"), b"data").unwrap();
+    let f = c.lookup(ROOT, "f").unwrap();
+    let l = c.link(f.nodeid, ROOT, "g").expect("LINK");
+    assert_eq!(l.nodeid, f.nodeid);
+    assert_eq!(l.attr.nlink, 2);
+    assert_eq!(l.attr.ino, f.attr.ino);
+    let (hf, hg) = (
+        fs::metadata(s.shared.join("f")).unwrap(),
+        fs::metadata(s.shared.join("g")).unwrap(),
+    );
+    assert_eq!((hf.nlink(), hg.ino()), (2, hf.ino()));
+    assert_eq!(c.lookup(ROOT, "g").unwrap().nodeid, f.nodeid);
+    assert_eq!(c.getattr(f.nodeid, None).unwrap().attr.nlink, 2);
+    assert_eq!(c.link(f.nodeid, ROOT, "g").err(), Some(libc::EEXIST));
+
+    let d = c.mkdir(ROOT, "d", 0o755, 0).unwrap();
+    assert_eq!(c.link(d.nodeid, ROOT, "d2").err(), Some(libc::EPERM));
+    assert!(!s.shared.join("d2").exists());
+    c.link(f.nodeid, d.nodeid, "h").expect("LINK into a subdir");
+    assert_eq!(fs::metadata(s.shared.join("f")).unwrap().nlink(), 3);
+}
+
+/// Creates one of each kind through `c`, named with `prefix`.
+fn create_all(c: &FuseClient, parent: u64, prefix: &str) -> Result<(), i32> {
+    let (e, o) = c.create(
+        parent,
+        &format!("{prefix}file"),
+        0o644,
+        libc::O_RDWR as u32,
+        0,
+    )?;
+    c.release(e.nodeid, o.fh, libc::O_RDWR as u32).unwrap();
+    c.mkdir(parent, &format!("{prefix}dir"), 0o755, 0)?;
+    c.symlink(parent, &format!("{prefix}link"), "target")?;
+    c.mknod(
+        parent,
+        &format!("{prefix}fifo"),
+        libc::S_IFIFO | 0o644,
+        0,
+        0,
+    )?;
+    Ok(())
+}
+
+#[test]
+fn created_files_belong_to_the_caller() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    // A root-owned 0755 directory: uid 1000 may not create there.
+    let user = c.with_creds(1000, 1000);
+    assert_eq!(create_all(&user, ROOT, "u-"), Err(libc::EACCES));
+    assert_eq!(fs::read_dir(s.shared.path()).unwrap().count(), 0);
+
+    fs::set_permissions(s.shared.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    create_all(&user, ROOT, "u-").expect("create as uid 1000");
+    create_all(&c.with_creds(0, 0), ROOT, "r-").expect("create as root");
+    for kind in ["file", "dir", "link", "fifo"] {
+        let u = fs::symlink_metadata(s.shared.join(&format!("u-{kind}"))).unwrap();
+        assert_eq!((u.uid(), u.gid()), (1000, 1000), "u-{kind}");
+        let r = fs::symlink_metadata(s.shared.join(&format!("r-{kind}"))).unwrap();
+        assert_eq!((r.uid(), r.gid()), (0, 0), "r-{kind}");
+    }
+    // The entry reply says so too.
+    let e = user.mkdir(ROOT, "u-dir2", 0o700, 0).unwrap();
+    assert_eq!((e.attr.uid, e.attr.gid), (1000, 1000));
+    // Without root's capabilities, uid 1000 cannot make a device node.
+    assert_eq!(
+        user.mknod(ROOT, "u-chr", libc::S_IFCHR | 0o600, encode_dev(1, 3), 0)
+            .err(),
+        Some(libc::EPERM)
+    );
+    assert!(!s.shared.join("u-chr").exists());
+    // The daemon switched back: a root request still creates root files.
+    let e = c.mkdir(ROOT, "r-dir2", 0o700, 0).unwrap();
+    assert_eq!((e.attr.uid, e.attr.gid), (0, 0));
+}
+
+#[test]
+fn the_guest_mode_is_applied_exactly() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    // The guest kernel applied its umask already; the umask field is not applied again, and
+    // the daemon's own umask is 0.
+    let (e, _) = c
+        .create(ROOT, "f640", 0o640, libc::O_RDWR as u32, 0o077)
+        .unwrap();
+    assert_eq!(e.attr.mode, libc::S_IFREG | 0o640);
+    c.create(ROOT, "f666", 0o666, libc::O_RDWR as u32, 0o022)
+        .unwrap();
+    c.create(ROOT, "suid", 0o4755, libc::O_RDWR as u32, 0)
+        .unwrap();
+    c.mkdir(ROOT, "d777", 0o777, 0o022).unwrap();
+    c.mkdir(ROOT, "sticky", 0o1777, 0).unwrap();
+    c.mknod(ROOT, "p666", libc::S_IFIFO | 0o666, 0, 0o022)
+        .unwrap();
+    for (name, mode) in [
+        ("f640", 0o640),
+        ("f666", 0o666),
+        ("suid", 0o4755),
+        ("d777", 0o777),
+        ("sticky", 0o1777),
+        ("p666", 0o666),
+    ] {
+        let m = fs::symlink_metadata(s.shared.join(name)).unwrap();
+        assert_eq!(mode_bits(m.mode()), mode, "{name}: {:o}", m.mode());
+    }
+}
+
+#[test]
+fn names_and_symlinks_cannot_escape_the_share() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    fs::create_dir(s.shared.join("d")).unwrap();
+    let d = c.lookup(ROOT, "d").unwrap();
+    for parent in [ROOT, d.nodeid] {
+        for name in ["..", ".", "a/b", "/etc", "d/.."] {
+            assert_eq!(c.lookup(parent, name).err(), Some(libc::EINVAL), "{name}");
+        }
+        assert_eq!(c.mkdir(parent, "..", 0o755, 0).err(), Some(libc::EINVAL));
+        assert_eq!(
+            c.create(parent, "x/y", 0o644, libc::O_RDWR as u32, 0).err(),
+            Some(libc::EINVAL)
+        );
+        assert_eq!(c.rename(parent, "..", ROOT, "z").err(), Some(libc::EINVAL));
+    }
+
+    std::os::unix::fs::symlink("/etc", s.shared.join("etc")).unwrap();
+    std::os::unix::fs::symlink("../../..", s.shared.join("up")).unwrap();
+    let marker = std::path::Path::new("/vhostfs-escape-marker");
+    assert!(!marker.exists());
+    for (name, target) in [("etc", "/etc"), ("up", "../../..")] {
+        let l = c.lookup(ROOT, name).expect("LOOKUP of a symlink");
+        // The symlink itself, never what it points to.
+        assert_eq!(l.attr.mode & libc::S_IFMT, libc::S_IFLNK, "{name}");
+        assert_eq!(l.attr.size, target.len() as u64);
+        let a = c.getattr(l.nodeid, None).unwrap();
+        assert_eq!(a.attr.mode & libc::S_IFMT, libc::S_IFLNK);
+        assert_eq!(c.readlink(l.nodeid).unwrap(), target.as_bytes());
+
+        assert_eq!(
+            c.open(l.nodeid, libc::O_RDONLY as u32).err(),
+            Some(libc::ELOOP)
+        );
+        assert_eq!(c.opendir(l.nodeid, 0).err(), Some(libc::ENOTDIR));
+        // READDIR needs a directory fh, which OPENDIR refused; a file fh is refused as well.
+        fs::write(s.shared.join("plain"), b"").unwrap();
+        let plain = c.lookup(ROOT, "plain").unwrap();
+        let po = c.open(plain.nodeid, libc::O_RDONLY as u32).unwrap();
+        assert_eq!(
+            c.readdir(l.nodeid, po.fh, 0, 4096).err(),
+            Some(libc::ENOTDIR)
+        );
+        c.release(plain.nodeid, po.fh, 0).unwrap();
+        for child in ["passwd", "x", "tmp", "vhostfs-escape-marker"] {
+            assert_eq!(c.lookup(l.nodeid, child).err(), Some(libc::ENOTDIR));
+        }
+        let marker_name = "vhostfs-escape-marker";
+        assert_eq!(
+            c.create(l.nodeid, "x", 0o644, libc::O_RDWR as u32, 0).err(),
+            Some(libc::ENOTDIR)
+        );
+        assert_eq!(
+            c.create(l.nodeid, marker_name, 0o644, libc::O_RDWR as u32, 0)
+                .err(),
+            Some(libc::ENOTDIR)
+        );
+        assert_eq!(
+            c.mkdir(l.nodeid, marker_name, 0o755, 0).err(),
+            Some(libc::ENOTDIR)
+        );
+        assert_eq!(
+            c.symlink(l.nodeid, marker_name, "t").err(),
+            Some(libc::ENOTDIR)
+        );
+        assert_eq!(
+            c.mknod(l.nodeid, marker_name, libc::S_IFIFO | 0o644, 0, 0)
+                .err(),
+            Some(libc::ENOTDIR)
+        );
+        assert_eq!(
+            c.tmpfile(l.nodeid, 0o600, libc::O_RDWR as u32, 0).err(),
+            Some(libc::ENOTDIR)
+        );
+        assert_eq!(
+            c.link(plain.nodeid, l.nodeid, marker_name).err(),
+            Some(libc::ENOTDIR)
+        );
+        assert_eq!(
+            c.rename(ROOT, "plain", l.nodeid, marker_name).err(),
+            Some(libc::ENOTDIR)
+        );
+        assert_eq!(c.unlink(l.nodeid, "passwd").err(), Some(libc::ENOTDIR));
+        // Truncating or re-moding through the symlink would change its target.
+        let trunc = SetattrIn {
+            valid: FATTR_SIZE,
+            ..Default::default()
+        };
+        assert_eq!(c.setattr(l.nodeid, &trunc).err(), Some(libc::EINVAL));
+        let chmod = SetattrIn {
+            valid: FATTR_MODE,
+            mode: 0o777,
+            ..Default::default()
+        };
+        assert_eq!(c.setattr(l.nodeid, &chmod).err(), Some(libc::EOPNOTSUPP));
+    }
+    assert!(!marker.exists());
+    assert!(!std::path::Path::new("/etc/x").exists());
+    assert!(!std::path::Path::new("/etc/vhostfs-escape-marker").exists());
+    assert!(fs::read_dir(s.shared.path()).unwrap().all(|e| {
+        let n = e.unwrap().file_name();
+        ["d", "etc", "up", "plain"].contains(&n.to_str().unwrap())
+    }));
+}
+
+#[test]
+fn interrupt_and_unknown_opcodes() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    // INTERRUPT gets no reply (checked by the client) and changes nothing.
+    c.interrupt(FuseClient::next_unique());
+    c.interrupt(0);
+    for opcode in [7, 19, 9999, u32::MAX, FUSE_BMAP, FUSE_IOCTL, FUSE_POLL] {
+        assert_eq!(
+            c.raw(opcode, ROOT, &[0; 64], 16 + 256).err(),
+            Some(libc::ENOSYS),
+            "opcode {opcode}"
+        );
+    }
+    assert_eq!(
+        c.getattr(ROOT, None).unwrap().attr.mode & libc::S_IFMT,
+        libc::S_IFDIR
+    );
+}
+
+#[test]
+fn daemon_exits_with_status_0_when_the_frontend_disconnects() {
+    let s = Session::start(&[]);
+    let Session {
+        client, mut daemon, ..
+    } = s;
+    client.getattr(ROOT, None).unwrap();
+    assert!(daemon.is_alive());
+    drop(client);
+    let status = daemon
+        .wait_exit(Duration::from_secs(10))
+        .unwrap()
+        .expect("the daemon did not exit after the disconnect");
+    assert!(status.success(), "exit status {status}");
+}
