@@ -29,14 +29,22 @@ pub(super) const MEM_SIZE: usize = 0x100_0000;
 
 pub(super) type VhostMem = GuestMemoryMmap<BitmapMmapRegion>;
 
-fn server() -> FuseServer {
-    // A fresh, empty share per server: the tests never touch anything else.
+/// A fresh, empty share, removed on drop: the tests never touch anything else.
+pub(super) struct Share(std::path::PathBuf);
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn server() -> (FuseServer, Share) {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("vhostfs-fuse-server-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let fs = PassthroughFs::new(FsConfig {
-        shared_dir: dir,
+        shared_dir: dir.clone(),
         inode_file_handles: crate::cli::InodeFileHandles::Never,
         entry_timeout: std::time::Duration::from_secs(1),
         attr_timeout: std::time::Duration::from_secs(1),
@@ -48,7 +56,10 @@ fn server() -> FuseServer {
         fd_budget: 1000,
     })
     .unwrap();
-    FuseServer::new(Arc::new(fs), ServerOptions::default())
+    (
+        FuseServer::new(Arc::new(fs), ServerOptions::default()),
+        Share(dir),
+    )
 }
 
 /// One descriptor: where, how long, device-writable or not.
@@ -143,14 +154,17 @@ pub(super) fn read_back<M: vm_memory::GuestMemory>(mem: &M, writable: &[u32]) ->
 struct Harness {
     mem: GuestMemoryAtomic<VhostMem>,
     server: FuseServer,
+    _share: Share,
 }
 
 impl Harness {
     fn new() -> Self {
         let mmap = VhostMem::from_ranges(&[(GuestAddress(0), MEM_SIZE)]).unwrap();
+        let (server, share) = server();
         Harness {
             mem: GuestMemoryAtomic::new(mmap),
-            server: server(),
+            server,
+            _share: share,
         }
     }
 
@@ -269,7 +283,7 @@ fn plain_guest_memory_and_reference_chains() {
     ];
     let mut q = publish(&mem, &descs);
     let chain = q.pop_descriptor_chain(&mem).unwrap();
-    let s = server();
+    let (s, _share) = server();
     assert_eq!(s.handle_chain(&mem, chain), 16);
     let mut out = [0u8; 16];
     mem.read_slice(&mut out, GuestAddress(WRITE_BASE)).unwrap();
@@ -667,7 +681,7 @@ fn descriptor_spanning_two_regions_is_dropped() {
     mem.write_slice(&req, GuestAddress(READ_BASE)).unwrap();
     let mut q = publish(&mem, &descs);
     let chain = q.pop_descriptor_chain(&mem).unwrap();
-    assert_eq!(server().handle_chain(&mem, chain), 0);
+    assert_eq!(server().0.handle_chain(&mem, chain), 0);
 }
 
 #[test]
