@@ -33,6 +33,18 @@ if [ ! -d "$H" ]; then
   exit 1
 fi
 
+# --- request queues ----------------------------------------------------------------------------
+# The driver lists its virtqueues under /sys/fs/virtiofs/N/mqs/: 0 is the high-priority queue,
+# then one per request queue it uses (at most one per vCPU); e2e.queues= on the kernel command
+# line says how many request queues the device offers.
+want_q=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^e2e.queues=//p')
+if [ -n "$want_q" ]; then
+  cpus=$(grep -c ^processor /proc/cpuinfo)
+  [ "$want_q" -gt "$cpus" ] && want_q=$cpus
+  got_q=$(($(ls -d /sys/fs/virtiofs/*/mqs/* 2>/dev/null | wc -l) - 1))
+  expect "request queues in use" "$got_q" "$want_q"
+fi
+
 # --- mkdir ------------------------------------------------------------------------------------
 check "mkdir work dir" mkdir "$W"
 check "mkdir nested" mkdir -p "$W/sub/a/b"

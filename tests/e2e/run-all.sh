@@ -141,6 +141,10 @@ run_case() {
 }
 
 run_case prefer pass "${daemon[@]}"
+# Multi-queue: the guest spreads requests over 2 request queues (2 vCPUs); virtiofsd serves 1.
+if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
+  E2E_QUEUES=2 run_case prefer-2-queues pass "${daemon[@]}"
+fi
 if [ "${E2E_NEGATIVE:-0}" = 1 ]; then
   neg=()
   for a in "${daemon[@]}"; do [[ "$a" == --inode-file-handles* ]] || neg+=("$a"); done

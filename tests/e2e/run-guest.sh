@@ -20,7 +20,8 @@
 #   --append ARGS      extra kernel command-line arguments (e.g. "e2e.script=/mnt/x.sh")
 #   --tag TAG          virtio-fs tag (default: share)
 # Environment: DAEMON, VHOSTFS_GUEST_DIR (default: REPO/target/guest), QEMU (default:
-#   qemu-system-x86_64), E2E_MEM (default: 512M), E2E_SMP (default: 2), E2E_KEEP=1,
+#   qemu-system-x86_64), E2E_MEM (default: 512M), E2E_SMP (default: 2), E2E_QUEUES (request
+#   queues of the device, default: 1; the guest checks it uses that many), E2E_KEEP=1,
 #   E2E_DAEMON_EXIT_TIMEOUT (seconds to wait for the daemon to exit by itself; default 10),
 #   E2E_SHOW_LOGS=0 (do not dump log tails when the guest reports FAIL).
 #
@@ -64,6 +65,7 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 qemu=${QEMU:-qemu-system-x86_64}
 mem=${E2E_MEM:-512M}
 smp=${E2E_SMP:-2}
+queues=${E2E_QUEUES:-1}
 daemon_exit_timeout=${E2E_DAEMON_EXIT_TIMEOUT:-10}
 guest_dir=${VHOSTFS_GUEST_DIR:-$repo/target/guest}
 kernel=$(find "$guest_dir/boot/" -maxdepth 1 -name 'vmlinuz-*' 2>/dev/null | sort -V | tail -n1 || true)
@@ -170,9 +172,9 @@ qargs=(
   -accel tcg -cpu max -smp "$smp" -m "$mem"
   -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa 'node,memdev=mem'
   -chardev "socket,id=char0,path=$sock"
-  -device "vhost-user-fs-pci,queue-size=1024,chardev=char0,tag=$tag"
+  -device "vhost-user-fs-pci,queue-size=1024,chardev=char0,tag=$tag,num-request-queues=$queues"
   -kernel "$kernel" -initrd "$initramfs"
-  -append "console=ttyS0 quiet panic=-1 e2e.tag=$tag${append:+ $append}"
+  -append "console=ttyS0 quiet panic=-1 e2e.tag=$tag e2e.queues=$queues${append:+ $append}"
   -nic none -nographic -no-reboot
 )
 log "qemu: $(basename "$kernel"), $smp vCPUs, $mem, timeout ${timeout_s}s; console log $console"
