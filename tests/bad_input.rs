@@ -1361,6 +1361,8 @@ fn random_requests() {
     let mut s = Setup::new();
     let real = [ROOT, s.nodes.file, s.nodes.dir, s.nodes.escape];
     let name_chars = b"ab./\0";
+    // Replies by kind, to check that the requests reach the handlers, not only the parser.
+    let (mut oks, mut errnos) = (0, std::collections::BTreeSet::new());
     for i in 0..REQUESTS {
         let opcode = match rng.below(10) {
             0 => rng.next() as u32,
@@ -1404,6 +1406,13 @@ fn random_requests() {
         let reply_len = rng.pick(&[0, 8, 16, 64, 200, 4096, 70_000]);
         let what = format!("random request {i} (seed {seed:#x}): opcode {opcode} node {nodeid:#x}");
         let reply = s.send(&req, reply_len, &what);
+        match &reply {
+            Reply::Ok(_) => oks += 1,
+            Reply::Err(e) => {
+                errnos.insert(*e);
+            }
+            Reply::Empty => {}
+        }
         if matches!(reply, Reply::Ok(_))
             && matches!(
                 opcode,
@@ -1423,6 +1432,10 @@ fn random_requests() {
         if i % 500 == 499 {
             s.assert_serving(&format!("after {} random requests", i + 1));
         }
+    }
+    assert!(oks >= REQUESTS / 100, "only {oks} successful replies");
+    for errno in [libc::EINVAL, libc::ENOSYS, libc::EBADF, libc::ENOENT] {
+        assert!(errnos.contains(&errno), "no errno {errno} among {errnos:?}");
     }
     s.finish("random requests");
 }
