@@ -94,6 +94,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // SAFETY: process-wide but harmless: no file has been created yet.
     unsafe { libc::umask(0) };
     check_shared_dir(&cfg)?;
+    // One instance per socket path, checked before anything is set up or logged, so that a
+    // second instance fails with that one error line.
+    let _pid_file = match &cfg.socket {
+        SocketSource::Path(path) => Some(PidFile::create(path).map_err(|e| e.to_string())?),
+        SocketSource::Fd(_) => None,
+    };
     let nofile =
         set_rlimit_nofile(cfg.rlimit_nofile).map_err(|e| format!("--rlimit-nofile: {e}"))?;
     let budget = FdBudget::from_rlimit(nofile).limit();
@@ -126,15 +132,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let backend = VhostFsBackend::new(server, cfg.tag.as_deref(), cfg.thread_pool_size)
         .map_err(|e| e.to_string())?;
 
-    let (_pid_file, mut listener) = match &cfg.socket {
+    let mut listener = match &cfg.socket {
         SocketSource::Path(path) => {
-            let pid = PidFile::create(path).map_err(|e| e.to_string())?;
-            let l =
-                Listener::new(path, true).map_err(|e| format!("socket {}: {e}", path.display()))?;
-            (Some(pid), l)
+            Listener::new(path, true).map_err(|e| format!("socket {}: {e}", path.display()))?
         }
         // SAFETY: the command line checked that the fd is an open socket; we take it over.
-        SocketSource::Fd(fd) => (None, unsafe { Listener::from_raw_fd(*fd) }),
+        SocketSource::Fd(fd) => unsafe { Listener::from_raw_fd(*fd) },
     };
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon =

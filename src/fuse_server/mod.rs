@@ -63,6 +63,20 @@ pub struct FuseServer {
     counters: [AtomicU64; UNKNOWN_SLOT + 1],
 }
 
+/// The reply length of a request whose success makes the guest hold a node ID (entry replies)
+/// or a file handle (open replies).
+fn state_reply_len(opcode: u32) -> Option<usize> {
+    use fuse_backend_rs::abi::fuse_abi::{EntryOut, OpenOut};
+    use std::mem::size_of;
+    let body = match opcode {
+        FUSE_LOOKUP | FUSE_MKNOD | FUSE_MKDIR | FUSE_SYMLINK | FUSE_LINK => size_of::<EntryOut>(),
+        FUSE_CREATE | FUSE_TMPFILE => size_of::<EntryOut>() + size_of::<OpenOut>(),
+        FUSE_OPEN | FUSE_OPENDIR => size_of::<OpenOut>(),
+        _ => return None,
+    };
+    Some(reply::OUT_HEADER_SIZE + body)
+}
+
 fn enosys() -> io::Error {
     io::Error::from_raw_os_error(libc::ENOSYS)
 }
@@ -183,6 +197,19 @@ impl FuseServer {
         }
         if h.opcode != FUSE_INIT && !initialized {
             return reply::error(&mut w, h.unique, libc::EIO);
+        }
+        if let Some(need) = state_reply_len(h.opcode) {
+            if w.available_bytes() < need {
+                // The guest would never learn the node ID or fh it holds, so could never
+                // FORGET or RELEASE it: refuse before doing anything.
+                log::warn!(
+                    "opcode {} unique {}: {} bytes of reply space, {need} needed",
+                    h.opcode,
+                    h.unique,
+                    w.available_bytes()
+                );
+                return reply::error(&mut w, h.unique, libc::EINVAL);
+            }
         }
         match self.dispatch(&q, h.opcode, &mut r, &mut w) {
             Ok(used) => used,
