@@ -206,11 +206,11 @@ fn sandbox_namespace_not_supported_yet() {
 }
 
 #[test]
-fn thread_pool_not_supported_yet() {
+fn bad_thread_pool_size() {
     let d = Dirs::new();
     assert_one_line_error(
-        &d.args(&["--thread-pool-size=4"]),
-        &["not supported yet", "--thread-pool-size=4"],
+        &d.args(&["--thread-pool-size=many"]),
+        &["--thread-pool-size"],
     );
     d.assert_no_socket();
 }
