@@ -177,3 +177,80 @@ fn notify_with_socket_path_and_sigterm_cleans_up() {
     assert!(!Path::new(&format!("{}.pid", socket.display())).exists());
     drop(client);
 }
+
+/// The value of the first `Key=` line of a unit file.
+fn unit_value<'a>(unit: &'a str, key: &str) -> &'a str {
+    unit.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in the unit"))
+}
+
+/// contrib/systemd/vhostfs@.{socket,service}: the socket path, the capabilities, and the
+/// ExecStart line, expanded as systemd expands it from an example /etc/vhostfs/%i.conf, run under
+/// socket activation and serving the test guest.
+#[test]
+fn template_units_exec_start_serves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/systemd");
+    let socket_unit = std::fs::read_to_string(root.join("vhostfs@.socket")).unwrap();
+    let service = std::fs::read_to_string(root.join("vhostfs@.service")).unwrap();
+    assert_eq!(
+        unit_value(&socket_unit, "ListenStream"),
+        "/run/vhostfs/%i.sock"
+    );
+    assert_eq!(unit_value(&service, "Type"), "notify");
+    assert_eq!(
+        unit_value(&service, "EnvironmentFile"),
+        "/etc/vhostfs/%i.conf"
+    );
+    let caps: Vec<&str> = unit_value(&service, "CapabilityBoundingSet")
+        .split_whitespace()
+        .collect();
+    for cap in [
+        "CAP_DAC_READ_SEARCH",
+        "CAP_CHOWN",
+        "CAP_DAC_OVERRIDE",
+        "CAP_FOWNER",
+        "CAP_FSETID",
+        "CAP_SETGID",
+        "CAP_SETUID",
+        "CAP_MKNOD",
+        "CAP_SETFCAP",
+    ] {
+        assert!(
+            caps.contains(&cap),
+            "{cap} missing from CapabilityBoundingSet"
+        );
+    }
+
+    let shared = TempDir::new("sd-shared").unwrap();
+    let dir = TempDir::new("sd-sock").unwrap();
+    let conf = format!(
+        "SHARED_DIR={}\nVHOSTFS_ARGS=--cache=auto --inode-file-handles=prefer --xattr\n",
+        shared.path().display()
+    );
+    let env: Vec<(&str, &str)> = conf.lines().filter_map(|l| l.split_once('=')).collect();
+    let var = |name: &str| env.iter().find(|(k, _)| *k == name).unwrap().1;
+    // systemd: ${VAR} is one word, $VAR is split on whitespace.
+    let mut argv: Vec<String> = Vec::new();
+    for word in unit_value(&service, "ExecStart").split_whitespace() {
+        if word == "$VHOSTFS_ARGS" {
+            argv.extend(var("VHOSTFS_ARGS").split_whitespace().map(String::from));
+        } else {
+            argv.push(word.replace("${SHARED_DIR}", var("SHARED_DIR")));
+        }
+    }
+    assert_eq!(argv[0], "/usr/bin/vhostfs");
+    let socket = dir.join("share.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let notify = UnixDatagram::bind(dir.join("notify")).unwrap();
+    let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
+    let mut cmd = activated(listener.as_raw_fd(), None, &args);
+    cmd.env("NOTIFY_SOCKET", dir.join("notify"));
+    let mut daemon = Daemon::spawn(&mut cmd, &socket).unwrap();
+    assert!(recv_notify(&notify).starts_with("READY=1\n"));
+    let client = serve_one_guest(&socket, shared.path());
+    drop(client);
+    // The guest went away: the service ends by itself, with success.
+    let status = daemon.wait_exit(TIMEOUT).unwrap().expect("still running");
+    assert_eq!(status.code(), Some(0));
+}
