@@ -193,3 +193,26 @@ fn community_hookscript() {
     assert!(!socket.exists(), "socket left behind");
     assert!(!run_dir.join("100-share.sock.pid").exists());
 }
+
+/// contrib/qemu/50-vhostfs.json (installed in /usr/share/qemu/vhost-user/, where libvirt looks
+/// for a virtio-fs backend when the domain names no binary) agrees with `--print-capabilities`,
+/// and names the installed binary.
+#[test]
+fn vhost_user_json_agrees_with_print_capabilities() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/qemu/50-vhostfs.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("valid JSON");
+    let out = vhostfs().arg("--print-capabilities").output().unwrap();
+    let caps: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["type"], caps["type"]);
+    assert_eq!(json["type"], "fs");
+    assert_eq!(json["binary"], "/usr/bin/vhostfs");
+    assert!(json["description"].as_str().is_some_and(|d| !d.is_empty()));
+    // The keys of QEMU's vhost-user.json schema, and no others.
+    for key in json.as_object().unwrap().keys() {
+        assert!(
+            ["description", "type", "binary", "tags"].contains(&key.as_str()),
+            "unknown key {key}"
+        );
+    }
+}
