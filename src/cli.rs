@@ -206,6 +206,12 @@ pub fn capabilities_json() -> String {
     "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"separate-options\"\n  ]\n}".to_string()
 }
 
+/// The clap command behind [`parse_args`], for generating the man page and shell completions
+/// (`vhostfs-gen`).
+pub fn command() -> clap::Command {
+    Opt::command()
+}
+
 const NEGOTIATION: &[&str] = &["never", "auto", "always"];
 const SANDBOX: &[&str] = &["namespace", "chroot", "none"];
 const SECCOMP: &[&str] = &["none", "kill", "log", "trap"];
