@@ -224,6 +224,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
         _ => None,
     };
     let notifier = Notifier::from_env()?;
+    // Before anything that might start a thread: every later thread inherits the blocked mask.
+    let owned = Arc::new(Mutex::new(Owned::default()));
+    install_termination_handler(notifier.clone(), Arc::clone(&owned))
+        .map_err(|e| format!("signal handling: {e}"))?;
+    // Declared before the listener, so dropped after it, on every way out of this function.
+    let _release = ReleaseOnDrop(Arc::clone(&owned));
     if cfg.thread_pool_size > 0 {
         return Err(format!(
             "not supported yet: --thread-pool-size={} (vhostfs serves each request queue on a \
@@ -275,13 +281,13 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let backend = VhostFsBackend::new(server, cfg.tag.as_deref()).map_err(|e| e.to_string())?;
 
     let (mut listener, pid_file) = open_listener(&cfg.socket, activation)?;
-    let socket_path: Option<PathBuf> = match &cfg.socket {
-        SocketSource::Path(p) => Some(p.clone()),
-        _ => None,
-    };
-    let pid_file = Arc::new(Mutex::new(pid_file));
-    install_termination_handler(notifier.clone(), socket_path, Arc::clone(&pid_file))
-        .map_err(|e| format!("signal handling: {e}"))?;
+    {
+        let mut owned = lock(&owned);
+        owned.pid_file = pid_file;
+        if let SocketSource::Path(p) = &cfg.socket {
+            owned.socket = Some(p.clone());
+        }
+    }
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon =
         VhostUserDaemon::new("vhostfs".into(), backend, mem).map_err(|e| e.to_string())?;
@@ -310,9 +316,24 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if let Some(n) = &notifier {
         n.send("STOPPING=1");
     }
-    drop(listener);
-    drop(lock(&pid_file).take());
     result
+}
+
+/// What the daemon created on the host and removes when it exits: the socket it bound (not an
+/// inherited one) and its pid file.
+#[derive(Default)]
+struct Owned {
+    socket: Option<PathBuf>,
+    pid_file: Option<PidFile>,
+}
+
+/// Releases the [`Owned`] pid file when `run` returns (the signal thread keeps the `Arc`).
+struct ReleaseOnDrop(Arc<Mutex<Owned>>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        drop(std::mem::take(&mut *lock(&self.0)));
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -323,18 +344,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// guest had in flight is lost, as when the frontend goes away.
 fn install_termination_handler(
     notifier: Option<Notifier>,
-    socket_path: Option<PathBuf>,
-    pid_file: Arc<Mutex<Option<PidFile>>>,
+    owned: Arc<Mutex<Owned>>,
 ) -> io::Result<()> {
     shutdown::on_termination(move |signo| {
         log::info!("{}: exiting", shutdown::signal_name(signo));
         if let Some(n) = &notifier {
             n.send("STOPPING=1");
         }
-        if let Some(path) = &socket_path {
+        let mut owned = lock(&owned);
+        if let Some(path) = &owned.socket {
             let _ = fs::remove_file(path);
         }
-        drop(lock(&pid_file).take());
+        drop(owned.pid_file.take());
         std::process::exit(0);
     })
 }
