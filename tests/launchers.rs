@@ -192,6 +192,7 @@ fn community_hookscript() {
     assert_eq!(status.code(), Some(0));
     assert!(!socket.exists(), "socket left behind");
     assert!(!run_dir.join("100-share.sock.pid").exists());
+    std::fs::remove_dir(run_dir).unwrap();
 }
 
 /// contrib/qemu/50-vhostfs.json (installed in /usr/share/qemu/vhost-user/, where libvirt looks
