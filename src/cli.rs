@@ -47,6 +47,9 @@ pub enum SocketSource {
     /// `--fd N`: an already-listening socket inherited from the caller (checked to be an open
     /// socket at parse time).
     Fd(RawFd),
+    /// Neither option: the socket must come from systemd socket activation (`LISTEN_FDS`),
+    /// taken at start-up by `systemd::take_activation_socket`.
+    Activation,
 }
 
 /// When to reference inodes by file handle rather than by an `O_PATH` file descriptor
@@ -201,6 +204,12 @@ impl std::error::Error for CliError {}
 /// listed: `separate-options` (options given one by one rather than through `-o`).
 pub fn capabilities_json() -> String {
     "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"separate-options\"\n  ]\n}".to_string()
+}
+
+/// The clap command behind [`parse_args`], for generating the man page and shell completions
+/// (`vhostfs-gen`).
+pub fn command() -> clap::Command {
+    Opt::command()
 }
 
 const NEGOTIATION: &[&str] = &["never", "auto", "always"];
@@ -708,11 +717,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
             );
             SocketSource::Path(path.clone())
         }
-        (None, None, None) => {
-            return Err(CliError::new(
-                "missing \"--socket-path\" or \"--fd\" option",
-            ))
-        }
+        (None, None, None) => SocketSource::Activation,
     };
     let shared_dir = eff
         .shared_dir

@@ -6,8 +6,10 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::FromRawFd;
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use vhost::vhost_user::{Error as VhostUserError, Listener};
 use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
@@ -18,6 +20,8 @@ use crate::fd_budget::FdBudget;
 use crate::fuse_server::{FuseServer, ServerOptions};
 use crate::passthrough::{FsConfig, PassthroughFs};
 use crate::pid_file::PidFile;
+use crate::shutdown;
+use crate::systemd::{self, Notifier};
 use crate::vhost_device::VhostFsBackend;
 
 /// virtiofsd's default for `--rlimit-nofile` when it is not given.
@@ -88,21 +92,159 @@ fn check_shared_dir(cfg: &Config) -> Result<(), String> {
     }
 }
 
+/// Reads an integer socket option of `fd` (SOL_SOCKET level).
+fn socket_option(fd: RawFd, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: valid out pointers of the right size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(value)
+}
+
+/// Checks that an inherited socket (`what`: `--fd N` or systemd's) is a listening UNIX stream
+/// socket, as vhost-user needs: a bound but not listening socket would make the frontend's
+/// connect fail with ECONNREFUSED while the daemon waits forever.
+fn check_listening(fd: RawFd, what: &str) -> Result<(), String> {
+    let get = |name, option| socket_option(fd, name).map_err(|e| format!("{what}: {option}: {e}"));
+    if get(libc::SO_DOMAIN, "SO_DOMAIN")? != libc::AF_UNIX
+        || get(libc::SO_TYPE, "SO_TYPE")? != libc::SOCK_STREAM
+    {
+        return Err(format!(
+            "{what}: not a UNIX stream socket (vhost-user needs AF_UNIX, SOCK_STREAM)"
+        ));
+    }
+    if get(libc::SO_ACCEPTCONN, "SO_ACCEPTCONN")? == 0 {
+        return Err(format!(
+            "{what}: the socket is not listening (the caller must bind() and listen() before \
+             passing it)"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether some process listens on the UNIX socket bound at `path`, from /proc/net/unix (a
+/// connect() would do, but would take the one connection a vhost-user daemon serves).
+fn is_listening_at(path: &Path) -> bool {
+    const SO_ACCEPTCON_FLAG: u32 = 0x0001_0000;
+    let Ok(table) = fs::read_to_string("/proc/net/unix") else {
+        return false;
+    };
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let listening = fields
+            .get(3)
+            .and_then(|f| u32::from_str_radix(f, 16).ok())
+            .is_some_and(|flags| flags & SO_ACCEPTCON_FLAG != 0);
+        listening
+            && fields
+                .get(7)
+                .is_some_and(|p| Path::new(p) == path || Path::new(p) == absolute)
+    })
+}
+
+/// Checks the socket path before it is (re)created: a file that is not a socket is never
+/// replaced, nor a socket that a live process (without our pid file) listens on; a stale socket
+/// file is replaced.
+fn check_socket_path(path: &Path) -> Result<(), String> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("socket {}: {e}", path.display())),
+        Ok(m) if !m.file_type().is_socket() => Err(format!(
+            "socket {}: the path exists and is not a socket; refusing to replace it",
+            path.display()
+        )),
+        Ok(_) if is_listening_at(path) => Err(format!(
+            "socket {}: in use, a live process is listening on it (another vhostfs or virtiofsd?)",
+            path.display()
+        )),
+        Ok(_) => {
+            log::info!("replacing the stale socket file {}", path.display());
+            Ok(())
+        }
+    }
+}
+
+/// The listening socket, as given by [`Config::socket`] (a socket path is already guarded by
+/// our pid file).
+fn open_listener(
+    socket: &SocketSource,
+    activation: Option<systemd::ActivationSocket>,
+) -> Result<Listener, String> {
+    match (socket, activation) {
+        (SocketSource::Path(path), _) => {
+            check_socket_path(path)?;
+            Listener::new(path, true).map_err(|e| format!("socket {}: {e}", path.display()))
+        }
+        (SocketSource::Fd(fd), _) => {
+            check_listening(*fd, &format!("--fd {fd}"))?;
+            // SAFETY: the command line checked that the fd is open; we take it over.
+            Ok(unsafe { Listener::from_raw_fd(*fd) })
+        }
+        (SocketSource::Activation, Some(sock)) => {
+            let what = match &sock.name {
+                Some(name) => format!("the socket from systemd ({name})"),
+                None => "the socket from systemd".to_string(),
+            };
+            check_listening(sock.fd.as_raw_fd(), &what)?;
+            log::info!("using {what}");
+            // SAFETY: we own the fd; the listener takes it over.
+            Ok(unsafe { Listener::from_raw_fd(sock.fd.into_raw_fd()) })
+        }
+        (SocketSource::Activation, None) => Err(
+            "missing \"--socket-path\" or \"--fd\" option (and no socket from systemd socket \
+             activation: LISTEN_PID/LISTEN_FDS unset)"
+                .into(),
+        ),
+    }
+}
+
 /// Serves one vhost-user connection; returns when the frontend disconnects.
 pub fn run(cfg: Config) -> Result<(), String> {
+    // The environment is read (and cleared) first, while the process has one thread.
+    let activation = match cfg.socket {
+        SocketSource::Activation => systemd::take_activation_socket()?,
+        _ => None,
+    };
+    let notifier = Notifier::from_env()?;
+    // Before anything that might start a thread: every later thread inherits the blocked mask.
+    let owned = Arc::new(Mutex::new(Owned::default()));
+    install_termination_handler(notifier.clone(), Arc::clone(&owned))
+        .map_err(|e| format!("signal handling: {e}"))?;
+    // Declared before the listener, so dropped after it, on every way out of this function.
+    let _release = ReleaseOnDrop(Arc::clone(&owned));
     // New files get exactly the mode the guest asked for (its kernel applied its umask).
     // SAFETY: process-wide but harmless: no file has been created yet.
     unsafe { libc::umask(0) };
     check_shared_dir(&cfg)?;
     // One instance per socket path, checked before anything is set up or logged, so that a
     // second instance fails with that one error line.
-    let _pid_file = match &cfg.socket {
+    let pid_file = match &cfg.socket {
         SocketSource::Path(path) => Some(PidFile::create(path).map_err(|e| e.to_string())?),
-        SocketSource::Fd(_) => None,
+        SocketSource::Fd(_) | SocketSource::Activation => None,
     };
     let nofile =
         set_rlimit_nofile(cfg.rlimit_nofile).map_err(|e| format!("--rlimit-nofile: {e}"))?;
     let budget = FdBudget::from_rlimit(nofile).limit();
+    if nofile <= crate::fd_budget::DAEMON_RESERVE as u64 {
+        return Err(format!(
+            "the open-file limit is {nofile}: too low to be useful (vhostfs keeps {} fds for \
+             itself; use --rlimit-nofile of at least {}, or raise LimitNOFILE=/ulimit -n)",
+            crate::fd_budget::DAEMON_RESERVE,
+            2 * crate::fd_budget::DAEMON_RESERVE
+        ));
+    }
     if nofile < 2 * crate::fd_budget::DAEMON_RESERVE as u64 {
         log::warn!("the open-file limit is {nofile}: the guest can hold only {budget} open files");
     }
@@ -132,21 +274,28 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let backend = VhostFsBackend::new(server, cfg.tag.as_deref(), cfg.thread_pool_size)
         .map_err(|e| e.to_string())?;
 
-    let mut listener = match &cfg.socket {
-        SocketSource::Path(path) => {
-            Listener::new(path, true).map_err(|e| format!("socket {}: {e}", path.display()))?
+    let mut listener = open_listener(&cfg.socket, activation)?;
+    {
+        let mut owned = lock(&owned);
+        owned.pid_file = pid_file;
+        if let SocketSource::Path(p) = &cfg.socket {
+            owned.socket = Some(p.clone());
         }
-        // SAFETY: the command line checked that the fd is an open socket; we take it over.
-        SocketSource::Fd(fd) => unsafe { Listener::from_raw_fd(*fd) },
-    };
+    }
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon =
         VhostUserDaemon::new("vhostfs".into(), backend, mem).map_err(|e| e.to_string())?;
     log::info!("waiting for the vhost-user frontend");
+    if let Some(n) = &notifier {
+        n.send("READY=1\nSTATUS=waiting for the vhost-user frontend");
+    }
     daemon
         .start(&mut listener)
         .map_err(|e| format!("vhost-user: {e}"))?;
-    match daemon.wait() {
+    if let Some(n) = &notifier {
+        n.send("STATUS=serving the guest");
+    }
+    let result = match daemon.wait() {
         Ok(()) => Ok(()),
         Err(DaemonError::HandleRequest(
             VhostUserError::Disconnected
@@ -157,5 +306,50 @@ pub fn run(cfg: Config) -> Result<(), String> {
             Ok(())
         }
         Err(e) => Err(format!("vhost-user: {e}")),
+    };
+    if let Some(n) = &notifier {
+        n.send("STOPPING=1");
     }
+    result
+}
+
+/// What the daemon created on the host and removes when it exits: the socket it bound (not an
+/// inherited one) and its pid file.
+#[derive(Default)]
+struct Owned {
+    socket: Option<PathBuf>,
+    pid_file: Option<PidFile>,
+}
+
+/// Releases the [`Owned`] pid file when `run` returns (the signal thread keeps the `Arc`).
+struct ReleaseOnDrop(Arc<Mutex<Owned>>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        drop(std::mem::take(&mut *lock(&self.0)));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// On SIGTERM/SIGINT: tell systemd we stop, remove the socket and pid files, exit 0. Whatever the
+/// guest had in flight is lost, as when the frontend goes away.
+fn install_termination_handler(
+    notifier: Option<Notifier>,
+    owned: Arc<Mutex<Owned>>,
+) -> io::Result<()> {
+    shutdown::on_termination(move |signo| {
+        log::info!("{}: exiting", shutdown::signal_name(signo));
+        if let Some(n) = &notifier {
+            n.send("STOPPING=1");
+        }
+        let mut owned = lock(&owned);
+        if let Some(path) = &owned.socket {
+            let _ = fs::remove_file(path);
+        }
+        drop(owned.pid_file.take());
+        std::process::exit(0);
+    })
 }

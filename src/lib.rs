@@ -10,5 +10,7 @@ pub mod inode_table;
 pub mod logger;
 pub mod passthrough;
 pub mod pid_file;
+pub mod shutdown;
+pub mod systemd;
 pub mod vhost_device;
 pub mod worker_pool;

@@ -347,12 +347,11 @@ fn bad_values() {
 
 #[test]
 fn requirements() {
-    assert_eq!(
-        parse(&["--shared-dir=/srv"]),
-        Err(CliError::new(
-            "missing \"--socket-path\" or \"--fd\" option"
-        ))
-    );
+    // Without a socket option, the socket must come from systemd (checked at start-up).
+    let Ok(Action::Run(config)) = parse(&["--shared-dir=/srv"]) else {
+        panic!("--shared-dir alone refused");
+    };
+    assert_eq!(config.socket, SocketSource::Activation);
     assert_eq!(
         parse(&["--socket-path=/s"]),
         Err(CliError::new(

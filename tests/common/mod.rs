@@ -11,6 +11,7 @@ pub mod fuse_abi;
 pub mod fuse_client;
 pub mod guest_memory;
 pub mod session;
+pub mod smoke;
 pub mod virtqueue;
 
 pub use daemon::{spawn_vhostfs, virtiofsd_path, Daemon, TempDir};

@@ -1,0 +1,215 @@
+//! The exact command lines that the tools launching virtiofsd today emit, run against vhostfs:
+//! each starts the daemon with that argv and serves the test guest (INIT, LOOKUP, CREATE, WRITE,
+//! READ). Options vhostfs does not implement yet must fail with one clear line.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::fuse_abi::FUSE_ROOT_ID;
+use common::smoke::{inherit_fd, run_to_exit, serve_one_guest};
+use common::{Daemon, TempDir};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn vhostfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vhostfs"))
+}
+
+/// A listening socket at `dir/name`, as Proxmox and libvirt create it before starting the
+/// daemon with `--fd=N`.
+fn listening_socket(dir: &TempDir, name: &str) -> (UnixListener, std::path::PathBuf) {
+    let path = dir.join(name);
+    (UnixListener::bind(&path).unwrap(), path)
+}
+
+/// Runs `args` (with `{fd}` and `{dir}` replaced) with a listening socket passed as `--fd` and
+/// serves the test guest; returns nothing but panics on any failure.
+fn serve_with_fd(args: &[&str], check: impl FnOnce(&common::FuseClient)) {
+    let shared = TempDir::new("launch-shared").unwrap();
+    let dir = TempDir::new("launch-sock").unwrap();
+    let (listener, socket) = listening_socket(&dir, "vm.sock");
+    let fd = listener.as_raw_fd();
+    let argv: Vec<String> = args
+        .iter()
+        .map(|a| {
+            a.replace("{fd}", &fd.to_string())
+                .replace("{dir}", &shared.path().display().to_string())
+        })
+        .collect();
+    let mut cmd = vhostfs();
+    cmd.args(&argv);
+    inherit_fd(&mut cmd, fd, fd);
+    let mut daemon =
+        Daemon::spawn(&mut cmd, &socket).unwrap_or_else(|e| panic!("vhostfs {argv:?}: {e}"));
+    let client = serve_one_guest(&socket, shared.path());
+    check(&client);
+    assert!(daemon.is_alive());
+    drop(client);
+    let status = daemon.wait_exit(TIMEOUT).unwrap().expect("still running");
+    assert_eq!(status.code(), Some(0), "vhostfs {argv:?}: {status}");
+}
+
+/// Runs `args` (with `{fd}` a listening socket) and expects exit 1 with `message` on stderr.
+fn refused_with_fd(args: &[&str], message: &str) {
+    let dir = TempDir::new("launch-sock").unwrap();
+    let (listener, _socket) = listening_socket(&dir, "vm.sock");
+    let fd = listener.as_raw_fd();
+    let argv: Vec<String> = args
+        .iter()
+        .map(|a| a.replace("{fd}", &fd.to_string()))
+        .collect();
+    let mut cmd = vhostfs();
+    cmd.args(&argv);
+    inherit_fd(&mut cmd, fd, fd);
+    let (status, stderr) = run_to_exit(&mut cmd, TIMEOUT);
+    assert_eq!(status.code(), Some(1), "{argv:?}: {stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!("vhostfs: error: {message}"),
+        "{argv:?}"
+    );
+}
+
+fn xattr_roundtrip(c: &common::FuseClient) {
+    let e = c.lookup(FUSE_ROOT_ID, "from-guest.txt").unwrap();
+    c.setxattr(e.nodeid, "user.launcher", b"1", 0)
+        .expect("SETXATTR with --xattr");
+}
+
+// Proxmox VE qemu-server (PVE::QemuServer::Virtiofs): a socket it created and listens on,
+// passed as --fd, then the share's options. --xattr, --posix-acl and --allow-direct-io follow
+// the share's expose-xattr, expose-acl and direct-io settings.
+const PROXMOX: &[&str] = &[
+    "--fd={fd}",
+    "--shared-dir={dir}",
+    "--announce-submounts",
+    "--cache=auto",
+    "--inode-file-handles=prefer",
+    "--syslog",
+];
+
+#[test]
+fn proxmox_qemu_server() {
+    serve_with_fd(PROXMOX, |_| {});
+}
+
+#[test]
+fn proxmox_qemu_server_expose_xattr() {
+    let mut args = PROXMOX.to_vec();
+    args.push("--xattr");
+    serve_with_fd(&args, xattr_roundtrip);
+}
+
+#[test]
+fn proxmox_qemu_server_acl_and_direct_io_not_supported_yet() {
+    let mut args = PROXMOX.to_vec();
+    args.extend(["--xattr", "--posix-acl"]);
+    refused_with_fd(&args, "not supported yet: --posix-acl=always");
+    let mut args = PROXMOX.to_vec();
+    args.push("--allow-direct-io");
+    refused_with_fd(&args, "not supported yet: --allow-direct-io");
+}
+
+/// libvirt first runs `--print-capabilities` and reads the JSON: with `separate-options` it
+/// passes separate options, else the legacy `-o` form.
+fn libvirt_capabilities() -> Vec<String> {
+    let out = vhostfs().arg("--print-capabilities").output().unwrap();
+    assert!(out.status.success());
+    let caps: serde_json::Value = serde_json::from_slice(&out.stdout).expect("capabilities JSON");
+    assert_eq!(caps["type"], "fs");
+    caps["features"]
+        .as_array()
+        .expect("features array")
+        .iter()
+        .map(|f| f.as_str().expect("feature string").to_string())
+        .collect()
+}
+
+#[test]
+fn libvirt_separate_options() {
+    assert!(libvirt_capabilities().contains(&"separate-options".to_string()));
+    serve_with_fd(
+        &[
+            "--fd={fd}",
+            "--shared-dir",
+            "{dir}",
+            "--cache",
+            "never",
+            "--xattr",
+            "--thread-pool-size=4",
+            "--rlimit-nofile=4096",
+        ],
+        xattr_roundtrip,
+    );
+}
+
+#[test]
+fn libvirt_legacy_options() {
+    serve_with_fd(
+        &["--fd={fd}", "-o", "source={dir},cache=always,xattr"],
+        xattr_roundtrip,
+    );
+}
+
+#[test]
+fn libvirt_sandbox_chroot_not_supported_yet() {
+    refused_with_fd(
+        &["--fd={fd}", "--shared-dir", "/", "--sandbox", "chroot"],
+        "not supported yet: --sandbox=chroot",
+    );
+}
+
+/// Community Proxmox hookscripts start one daemon per share on a socket of their own.
+#[test]
+fn community_hookscript() {
+    let shared = TempDir::new("launch-shared").unwrap();
+    let run_dir = Path::new("/run/vhostfs-test");
+    std::fs::create_dir_all(run_dir).unwrap();
+    let socket = run_dir.join("100-share.sock");
+    let mut cmd = vhostfs();
+    cmd.args(["--socket-path", "/run/vhostfs-test/100-share.sock"])
+        .arg("--shared-dir")
+        .arg(shared.path())
+        .args([
+            "--cache=auto",
+            "--announce-submounts",
+            "--inode-file-handles=mandatory",
+            "--log-level",
+            "debug",
+        ]);
+    let mut daemon = Daemon::spawn(&mut cmd, &socket).unwrap();
+    drop(serve_one_guest(&socket, shared.path()));
+    let status = daemon.wait_exit(TIMEOUT).unwrap().expect("still running");
+    assert_eq!(status.code(), Some(0));
+    assert!(!socket.exists(), "socket left behind");
+    assert!(!run_dir.join("100-share.sock.pid").exists());
+    std::fs::remove_dir(run_dir).unwrap();
+}
+
+/// contrib/qemu/50-vhostfs.json (installed in /usr/share/qemu/vhost-user/, where libvirt looks
+/// for a virtio-fs backend when the domain names no binary) agrees with `--print-capabilities`,
+/// and names the installed binary.
+#[test]
+fn vhost_user_json_agrees_with_print_capabilities() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/qemu/50-vhostfs.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("valid JSON");
+    let out = vhostfs().arg("--print-capabilities").output().unwrap();
+    let caps: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["type"], caps["type"]);
+    assert_eq!(json["type"], "fs");
+    assert_eq!(json["binary"], "/usr/bin/vhostfs");
+    assert!(json["description"].as_str().is_some_and(|d| !d.is_empty()));
+    // The keys of QEMU's vhost-user.json schema, and no others.
+    for key in json.as_object().unwrap().keys() {
+        assert!(
+            ["description", "type", "binary", "tags"].contains(&key.as_str()),
+            "unknown key {key}"
+        );
+    }
+}
