@@ -144,6 +144,9 @@ run_case prefer pass "${daemon[@]}"
 # Multi-queue: the guest spreads requests over 2 request queues (2 vCPUs); virtiofsd serves 1.
 if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
   E2E_QUEUES=2 run_case prefer-2-queues pass "${daemon[@]}"
+  # Started the way a systemd socket unit starts it (systemd-socket-activate passes the listening
+  # socket as fd 3 with LISTEN_PID/LISTEN_FDS/LISTEN_FDNAMES).
+  VHOSTFS="${daemon[0]}" run_case socket-activated pass "$here/socket-activate.sh" "${daemon[@]:1}"
 fi
 if [ "${E2E_NEGATIVE:-0}" = 1 ]; then
   neg=()
