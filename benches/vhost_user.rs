@@ -54,9 +54,14 @@ struct Args {
     /// `=4`, the better one reported per row.
     #[arg(long)]
     daemon_b: Option<String>,
-    /// Rounds (each daemon once per round, alternating). Default 3, 1 with --quick.
+    /// Rounds (each daemon once per round, alternating). Default 5, 1 with --quick.
     #[arg(long)]
     rounds: Option<usize>,
+    /// Where the shares are copied (a fresh copy per run). Default: /dev/shm (tmpfs, so that
+    /// copying and removing 10,000-file shares stays cheap and the daemons, not the disk, are
+    /// measured), else the system temp dir.
+    #[arg(long)]
+    scratch: Option<PathBuf>,
     /// Also write the markdown table to this file.
     #[arg(long)]
     markdown: Option<PathBuf>,
@@ -313,6 +318,25 @@ fn machine() -> String {
     format!("{cores} cores ({cpu}), Linux {}", kernel.trim())
 }
 
+/// The type of the filesystem holding `path`.
+fn fs_type(path: &Path) -> String {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return "unknown filesystem".to_owned();
+    };
+    // SAFETY: statfs fills the zeroed struct; `c` is a valid NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return "unknown filesystem".to_owned();
+    }
+    match st.f_type {
+        libc::TMPFS_MAGIC => "tmpfs".to_owned(),
+        libc::EXT4_SUPER_MAGIC => "ext4".to_owned(),
+        libc::XFS_SUPER_MAGIC => "xfs".to_owned(),
+        libc::BTRFS_SUPER_MAGIC => "btrfs".to_owned(),
+        t => format!("filesystem type {t:#x}"),
+    }
+}
+
 fn today() -> String {
     Command::new("date")
         .arg("-u")
@@ -395,12 +419,22 @@ fn run(args: &Args) -> Result<bool, String> {
     } else {
         Sizes::full()
     };
-    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 5 }).max(1);
     let workloads: Vec<Workload> = if args.only.is_empty() {
         Workload::ALL.to_vec()
     } else {
         args.only.clone()
     };
+    let scratch = args.scratch.clone().unwrap_or_else(|| {
+        let shm = PathBuf::from("/dev/shm");
+        if shm.is_dir() {
+            shm
+        } else {
+            std::env::temp_dir()
+        }
+    });
+    // TempDir creates its directories under $TMPDIR; no other thread runs yet.
+    std::env::set_var("TMPDIR", &scratch);
     let mut specs = default_daemons(args)?;
     let templates = TempDir::new("vhostfs-bench-templates").map_err(|e| e.to_string())?;
     let empty = templates.join("empty");
@@ -485,11 +519,14 @@ fn run(args: &Args) -> Result<bool, String> {
         "Command: `cargo bench --bench vhost_user{}{}`  \n\
          Date: {}  \n\
          Machine: {}  \n\
+         Shares: fresh copies in {} ({})  \n\
          Rounds: {rounds}, daemons alternating; median round per daemon; {} s in total  \n",
         if cmdline.is_empty() { "" } else { " -- " },
         cmdline.join(" "),
         today(),
         machine(),
+        scratch.display(),
+        fs_type(&scratch),
         started.elapsed().as_secs()
     );
     for spec in &specs {
