@@ -337,8 +337,23 @@ impl TestGuest {
         requests: &[(Vec<u8>, usize)],
         max_in_flight: usize,
     ) -> io::Result<Vec<Vec<u8>>> {
+        self.pipeline_timed(q, requests, max_in_flight)
+            .map(|(replies, _)| replies)
+    }
+
+    /// [`TestGuest::pipeline`], also returning each request's latency: from the moment its chain
+    /// was added to the ring (just before the batch's kick) to the moment this thread collected
+    /// its completion.
+    pub fn pipeline_timed(
+        &self,
+        q: usize,
+        requests: &[(Vec<u8>, usize)],
+        max_in_flight: usize,
+    ) -> io::Result<(Vec<Vec<u8>>, Vec<Duration>)> {
         let mut vq = self.request_queue(q)?;
         let mut replies: Vec<Option<Vec<u8>>> = vec![None; requests.len()];
+        let mut submitted = vec![None; requests.len()];
+        let mut latencies = vec![Duration::ZERO; requests.len()];
         let mut next = 0;
         let mut outstanding = Vec::new();
         let mut done = 0;
@@ -360,12 +375,13 @@ impl TestGuest {
                     }
                 };
                 let head = vq.add_buffers(&chain, next as u64, bufs).unwrap();
+                submitted[next] = Some(Instant::now());
                 outstanding.push(head);
                 next += 1;
             }
             vq.publish()?;
             let deadline = Instant::now() + REPLY_TIMEOUT;
-            let Some(c) = vq.wait_used(deadline)? else {
+            let Some(mut c) = vq.wait_used(deadline)? else {
                 for head in outstanding {
                     vq.abandon(head);
                 }
@@ -374,19 +390,21 @@ impl TestGuest {
                     format!("pipeline: no completion within {REPLY_TIMEOUT:?}"),
                 ));
             };
-            outstanding.retain(|&h| h != c.head);
-            let i = c.token as usize;
-            replies[i] = Some(reply_bytes(&c, requests[i].1)?);
-            done += 1;
             // Collect whatever else is already there before refilling.
-            while let Some(c) = vq.pop_used()? {
+            loop {
+                let now = Instant::now();
                 outstanding.retain(|&h| h != c.head);
                 let i = c.token as usize;
                 replies[i] = Some(reply_bytes(&c, requests[i].1)?);
+                latencies[i] = submitted[i].map_or(Duration::ZERO, |t| now - t);
                 done += 1;
+                match vq.pop_used()? {
+                    Some(more) => c = more,
+                    None => break,
+                }
             }
         }
-        Ok(replies.into_iter().map(Option::unwrap).collect())
+        Ok((replies.into_iter().map(Option::unwrap).collect(), latencies))
     }
 
     /// Fault injection: submit the raw chain `descs` on request queue `q` and wait up to

@@ -262,20 +262,31 @@ impl FuseClient {
         requests: &[(Vec<u8>, usize)],
         depth: usize,
     ) -> Vec<Result<Vec<u8>, i32>> {
-        let replies = self
+        self.pipeline_timed(requests, depth).0
+    }
+
+    /// [`FuseClient::pipeline`], also returning each request's latency (see
+    /// [`TestGuest::pipeline_timed`]).
+    pub fn pipeline_timed(
+        &self,
+        requests: &[(Vec<u8>, usize)],
+        depth: usize,
+    ) -> (Vec<Result<Vec<u8>, i32>>, Vec<std::time::Duration>) {
+        let (replies, latencies) = self
             .guest
-            .pipeline(self.queue, requests, depth)
+            .pipeline_timed(self.queue, requests, depth)
             .unwrap_or_else(|e| panic!("pipeline on queue {}: {e}", self.queue));
-        requests
+        let parsed = requests
             .iter()
             .zip(replies)
             .map(|((req, _), reply)| Self::parse_reply(req, &reply))
-            .collect()
+            .collect();
+        (parsed, latencies)
     }
 
     /// The security context extension a Linux guest appends to creating requests once
     /// FUSE_SECURITY_CTX is negotiated (no LSM label: a bare header), and its length in 8-byte units.
-    fn create_ext(&self) -> (Vec<u8>, u16) {
+    pub fn create_ext(&self) -> (Vec<u8>, u16) {
         if self.flags() & FUSE_SECURITY_CTX == 0 {
             return (Vec::new(), 0);
         }

@@ -1,0 +1,555 @@
+//! Test-guest benchmark: vhostfs against virtiofsd (or any two vhost-user virtio-fs daemons),
+//! driven by the in-process test guest with many requests in flight, in alternation.
+//!
+//! `cargo bench --bench vhost_user -- [--quick] [--only W,...] [--rounds N]
+//!  [--daemon-a CMD] [--daemon-b CMD] [--markdown FILE]`
+//!
+//! Each run starts a fresh daemon on a fresh copy of the workload's prepared share, connects,
+//! sends FUSE_INIT and times the workload. Rounds run every daemon once, in alternating order;
+//! the table shows the median round per daemon. Exits 1 if any run failed (a FUSE error reply
+//! where success was expected, a timeout, a daemon that did not start).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[path = "vhost_user/stats.rs"]
+mod stats;
+#[path = "vhost_user/workloads.rs"]
+mod workloads;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use vhost::vhost_user::message::VhostUserProtocolFeatures;
+use vhost::vhost_user::VhostUserFrontend;
+
+use common::{Daemon, FuseClient, TempDir, TestGuest};
+use stats::{fmt_latency, fmt_rate, median, Measured};
+use workloads::{Ctx, Sizes, Workload};
+
+/// Descriptors per virtqueue (QEMU's vhost-user-fs `queue-size=1024`).
+const QUEUE_SIZE: u16 = 1024;
+/// Guest memory per connection.
+const GUEST_MEM: usize = 256 << 20;
+/// Request queues (and client threads) of the multi-queue configuration.
+const MQ: usize = 4;
+
+#[derive(Parser)]
+#[command(about = "vhost-user virtio-fs benchmark over the in-process test guest")]
+struct Args {
+    /// Small sizes and one round: a smoke run (< 60 s).
+    #[arg(long)]
+    quick: bool,
+    /// Run only these workloads (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Workload>,
+    /// Daemon A command (whitespace-separated; `--socket-path` and `--shared-dir` are appended).
+    /// Default: this crate's vhostfs.
+    #[arg(long)]
+    daemon_a: Option<String>,
+    /// Daemon B command. Default: `virtiofsd --sandbox=none` with `--thread-pool-size=0` and
+    /// `=4`, the better one reported per row.
+    #[arg(long)]
+    daemon_b: Option<String>,
+    /// Rounds (each daemon once per round, alternating). Default 5, 1 with --quick.
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Where the shares are copied (a fresh copy per run). Default: /dev/shm (tmpfs, so that
+    /// copying and removing 10,000-file shares stays cheap and the daemons, not the disk, are
+    /// measured), else the system temp dir.
+    #[arg(long)]
+    scratch: Option<PathBuf>,
+    /// Also write the markdown table to this file.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    A,
+    B,
+}
+
+/// A daemon command line to benchmark.
+struct DaemonSpec {
+    side: Side,
+    program: String,
+    args: Vec<String>,
+    /// Shown next to the number when a side has several settings.
+    tag: String,
+    /// Request queues it serves (probed).
+    max_queues: usize,
+}
+
+impl DaemonSpec {
+    fn new(side: Side, cmd: &str, tag: &str) -> Result<DaemonSpec, String> {
+        let mut words = cmd.split_whitespace().map(str::to_owned);
+        let program = words.next().ok_or("empty daemon command")?;
+        Ok(DaemonSpec {
+            side,
+            program,
+            args: words.collect(),
+            tag: tag.to_owned(),
+            max_queues: 1,
+        })
+    }
+
+    fn command_line(&self) -> String {
+        std::iter::once(self.program.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Start it on `share`; its stderr goes to `log`.
+    fn spawn(&self, socket: &Path, share: &Path, log: &Path) -> Result<Daemon, String> {
+        let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .arg(format!("--socket-path={}", socket.display()))
+            .arg(format!("--shared-dir={}", share.display()))
+            .stdout(Stdio::null())
+            .stderr(log);
+        Daemon::spawn(&mut cmd, socket).map_err(|e| e.to_string())
+    }
+}
+
+/// How one daemon is driven in one configuration.
+#[derive(Clone, Copy)]
+struct Shape {
+    queues: usize,
+    threads: usize,
+    /// Parallelism per thread (see `Ctx::mult`).
+    mult: usize,
+}
+
+impl Shape {
+    /// Configuration 0: 1 queue, 1 thread. Configuration 1: 4 queues × 4 threads, or, for a
+    /// daemon with a single queue, 1 thread keeping as much in flight as 4 would.
+    fn of(config: usize, max_queues: usize) -> Shape {
+        match config {
+            0 => Shape {
+                queues: 1,
+                threads: 1,
+                mult: 1,
+            },
+            _ if max_queues >= MQ => Shape {
+                queues: MQ,
+                threads: MQ,
+                mult: 1,
+            },
+            _ => Shape {
+                queues: 1,
+                threads: 1,
+                mult: MQ,
+            },
+        }
+    }
+
+    fn label(self) -> String {
+        if self.mult > 1 {
+            format!(
+                "{}×{} (×{} in flight)",
+                self.queues, self.threads, self.mult
+            )
+        } else {
+            format!("{}×{}", self.queues, self.threads)
+        }
+    }
+}
+
+/// The text of a panic payload.
+pub fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned())
+}
+
+/// A fresh daemon on a fresh copy of `template`, connected with `shape`.
+struct Session {
+    // Field order is drop order: disconnect, then kill the daemon, then remove the files.
+    clients: Vec<FuseClient>,
+    guest: Arc<TestGuest>,
+    _daemon: Daemon,
+    dir: TempDir,
+}
+
+impl Session {
+    fn start(spec: &DaemonSpec, template: &Path, shape: Shape) -> Result<Session, String> {
+        let dir = TempDir::new("vhostfs-bench").map_err(|e| e.to_string())?;
+        let share = dir.join("share");
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(template)
+            .arg(&share)
+            .status()
+            .map_err(|e| format!("cp: {e}"))?;
+        if !status.success() {
+            return Err(format!("cp -a {} failed: {status}", template.display()));
+        }
+        let socket = dir.join("vhost.sock");
+        let daemon = spec.spawn(&socket, &share, &dir.join("daemon.log"))?;
+        let guest = TestGuest::connect(&socket, shape.queues, QUEUE_SIZE, GUEST_MEM)
+            .map(Arc::new)
+            .map_err(|e| format!("connect: {e}"))?;
+        let c0 = FuseClient::new(Arc::clone(&guest), 0);
+        let init = c0.init().map_err(|e| format!("INIT: errno {e}"))?;
+        if init.max_write < 1 << 20 {
+            return Err(format!("max_write {} < 1 MiB", init.max_write));
+        }
+        let clients = (0..shape.threads)
+            .map(|t| c0.on_queue(t % shape.queues))
+            .collect();
+        Ok(Session {
+            clients,
+            guest,
+            _daemon: daemon,
+            dir,
+        })
+    }
+
+    /// The last lines the daemon logged (for error reports).
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join("\n")
+    }
+}
+
+/// Request queues `spec` serves: GET_QUEUE_NUM minus the hiprio queue (1 without MQ).
+fn probe_queues(spec: &DaemonSpec, empty: &Path) -> Result<usize, String> {
+    let s = Session::start(spec, empty, Shape::of(0, 1))?;
+    if !s
+        .guest
+        .protocol_features()
+        .contains(VhostUserProtocolFeatures::MQ)
+    {
+        return Ok(1);
+    }
+    let n = s
+        .guest
+        .frontend()
+        .get_queue_num()
+        .map_err(|e| format!("GET_QUEUE_NUM: {e}"))?;
+    Ok((n as usize).saturating_sub(1).max(1))
+}
+
+fn run_once(
+    spec: &DaemonSpec,
+    template: &Path,
+    shape: Shape,
+    workload: Workload,
+    sizes: &Sizes,
+) -> Result<Vec<(&'static str, Measured)>, String> {
+    let s = Session::start(spec, template, shape)?;
+    let ctx = Ctx {
+        clients: &s.clients,
+        mult: shape.mult,
+        sizes,
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| workload.run(&ctx)))
+        .map_err(panic_message)
+        .and_then(|r| r);
+    result.map_err(|e| {
+        let tail = s.log_tail();
+        if tail.is_empty() {
+            e
+        } else {
+            format!("{e}\n  daemon log:\n{tail}")
+        }
+    })
+}
+
+/// Measurements of one table row: per daemon, one per successful round.
+struct Row {
+    workload: Workload,
+    label: &'static str,
+    config: usize,
+    runs: Vec<Vec<Measured>>,
+}
+
+fn default_daemons(args: &Args) -> Result<Vec<DaemonSpec>, String> {
+    let mut specs = vec![match &args.daemon_a {
+        Some(cmd) => DaemonSpec::new(Side::A, cmd, "")?,
+        None => DaemonSpec::new(Side::A, env!("CARGO_BIN_EXE_vhostfs"), "")?,
+    }];
+    match &args.daemon_b {
+        Some(cmd) => specs.push(DaemonSpec::new(Side::B, cmd, "")?),
+        None => {
+            let bin = common::virtiofsd_path()
+                .ok_or("virtiofsd not found (set $VIRTIOFSD or use --daemon-b)")?;
+            for pool in [0, 4] {
+                let cmd = format!(
+                    "{} --sandbox=none --log-level=error --thread-pool-size={pool}",
+                    bin.display()
+                );
+                specs.push(DaemonSpec::new(Side::B, &cmd, &format!("tp={pool}"))?);
+            }
+        }
+    }
+    Ok(specs)
+}
+
+fn side_name(spec: &DaemonSpec) -> String {
+    Path::new(&spec.program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| spec.program.clone())
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cores} cores ({cpu}), Linux {}", kernel.trim())
+}
+
+/// The type of the filesystem holding `path`.
+fn fs_type(path: &Path) -> String {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return "unknown filesystem".to_owned();
+    };
+    // SAFETY: statfs fills the zeroed struct; `c` is a valid NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return "unknown filesystem".to_owned();
+    }
+    match st.f_type {
+        libc::TMPFS_MAGIC => "tmpfs".to_owned(),
+        libc::EXT4_SUPER_MAGIC => "ext4".to_owned(),
+        libc::XFS_SUPER_MAGIC => "xfs".to_owned(),
+        libc::BTRFS_SUPER_MAGIC => "btrfs".to_owned(),
+        t => format!("filesystem type {t:#x}"),
+    }
+}
+
+fn today() -> String {
+    Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
+    let a = specs.iter().position(|s| s.side == Side::A).unwrap();
+    let bs: Vec<usize> = (0..specs.len())
+        .filter(|&i| specs[i].side == Side::B)
+        .collect();
+    let (an, bn) = (side_name(&specs[a]), side_name(&specs[bs[0]]));
+    let mut out = format!(
+        "| workload | queues×threads ({an} / {bn}) | {an} ops/s | {bn} ops/s | ratio | \
+         {an} p50 / p99 | {bn} p50 / p99 |\n|---|---|---|---|---|---|---|\n"
+    );
+    let na = "–".to_owned();
+    for row in rows {
+        let ma = median(&row.runs[a]);
+        // B: its best setting for this row.
+        let mb = bs
+            .iter()
+            .filter_map(|&i| median(&row.runs[i]).map(|m| (i, m)))
+            .max_by(|x, y| x.1.ops_per_sec.total_cmp(&y.1.ops_per_sec));
+        let shape = format!(
+            "{} / {}",
+            Shape::of(row.config, specs[a].max_queues).label(),
+            Shape::of(row.config, specs[bs[0]].max_queues).label()
+        );
+        let rate_a = ma.map_or(na.clone(), |m| fmt_rate(m.ops_per_sec));
+        let rate_b = mb.map_or(na.clone(), |(i, m)| {
+            let tag = &specs[i].tag;
+            if tag.is_empty() {
+                fmt_rate(m.ops_per_sec)
+            } else {
+                format!("{} ({tag})", fmt_rate(m.ops_per_sec))
+            }
+        });
+        let ratio = match (ma, mb) {
+            (Some(x), Some((_, y))) => format!("{:.2}", x.ops_per_sec / y.ops_per_sec),
+            _ => na.clone(),
+        };
+        let lat = |m: Option<Measured>| {
+            m.map_or(na.clone(), |m| {
+                format!("{} / {}", fmt_latency(m.p50), fmt_latency(m.p99))
+            })
+        };
+        writeln!(
+            out,
+            "| {} | {shape} | {rate_a} | {rate_b} | {ratio} | {} | {} |",
+            row.label,
+            lat(ma),
+            lat(mb.map(|(_, m)| m))
+        )
+        .unwrap();
+    }
+    out
+}
+
+fn main() {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("vhost_user bench: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Runs everything; `Ok(false)` if some run failed.
+fn run(args: &Args) -> Result<bool, String> {
+    let started = Instant::now();
+    let sizes = if args.quick {
+        Sizes::quick()
+    } else {
+        Sizes::full()
+    };
+    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 5 }).max(1);
+    let workloads: Vec<Workload> = if args.only.is_empty() {
+        Workload::ALL.to_vec()
+    } else {
+        args.only.clone()
+    };
+    let scratch = args.scratch.clone().unwrap_or_else(|| {
+        let shm = PathBuf::from("/dev/shm");
+        if shm.is_dir() {
+            shm
+        } else {
+            std::env::temp_dir()
+        }
+    });
+    // TempDir creates its directories under $TMPDIR; no other thread runs yet.
+    std::env::set_var("TMPDIR", &scratch);
+    let mut specs = default_daemons(args)?;
+    let templates = TempDir::new("vhostfs-bench-templates").map_err(|e| e.to_string())?;
+    let empty = templates.join("empty");
+    std::fs::create_dir(&empty).map_err(|e| e.to_string())?;
+    for spec in &mut specs {
+        spec.max_queues =
+            probe_queues(spec, &empty).map_err(|e| format!("{}: {e}", spec.command_line()))?;
+        eprintln!(
+            "daemon {}: {} request queue(s)",
+            spec.command_line(),
+            spec.max_queues
+        );
+    }
+
+    let mut rows: Vec<Row> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    for &w in &workloads {
+        let template = templates.join(&format!("{w:?}").to_lowercase());
+        std::fs::create_dir(&template).map_err(|e| e.to_string())?;
+        w.prepare(&template, &sizes)
+            .map_err(|e| format!("preparing the {w:?} share: {e}"))?;
+        for config in 0..2 {
+            for round in 0..rounds {
+                let order: Vec<usize> = if round % 2 == 0 {
+                    (0..specs.len()).collect()
+                } else {
+                    (0..specs.len()).rev().collect()
+                };
+                for i in order {
+                    let spec = &specs[i];
+                    let shape = Shape::of(config, spec.max_queues);
+                    let t = Instant::now();
+                    match run_once(spec, &template, shape, w, &sizes) {
+                        Ok(measured) => {
+                            for (label, m) in measured {
+                                let pos = rows
+                                    .iter()
+                                    .position(|r| r.label == label && r.config == config)
+                                    .unwrap_or_else(|| {
+                                        rows.push(Row {
+                                            workload: w,
+                                            label,
+                                            config,
+                                            runs: vec![Vec::new(); specs.len()],
+                                        });
+                                        rows.len() - 1
+                                    });
+                                rows[pos].runs[i].push(m);
+                            }
+                            eprintln!(
+                                "{w:?} {} round {}/{rounds} {} {}: {:.1} s",
+                                shape.label(),
+                                round + 1,
+                                side_name(spec),
+                                spec.tag,
+                                t.elapsed().as_secs_f64()
+                            );
+                        }
+                        Err(e) => {
+                            let msg = format!(
+                                "{w:?} {} round {} `{}`: {e}",
+                                shape.label(),
+                                round + 1,
+                                spec.command_line()
+                            );
+                            eprintln!("ERROR {msg}");
+                            errors.push(msg);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Group rows by workload, then configuration.
+    rows.sort_by_key(|r| (workloads.iter().position(|&w| w == r.workload), r.config));
+
+    let cmdline: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let mut report = format!(
+        "Command: `cargo bench --bench vhost_user{}{}`  \n\
+         Date: {}  \n\
+         Machine: {}  \n\
+         Shares: fresh copies in {} ({})  \n\
+         Rounds: {rounds}, daemons alternating; median round per daemon; {} s in total  \n",
+        if cmdline.is_empty() { "" } else { " -- " },
+        cmdline.join(" "),
+        today(),
+        machine(),
+        scratch.display(),
+        fs_type(&scratch),
+        started.elapsed().as_secs()
+    );
+    for spec in &specs {
+        writeln!(
+            report,
+            "Daemon {}: `{}` ({} request queue(s))  ",
+            if spec.side == Side::A { "A" } else { "B" },
+            spec.command_line(),
+            spec.max_queues
+        )
+        .unwrap();
+    }
+    report.push('\n');
+    report.push_str(&table(&rows, &specs));
+    if !errors.is_empty() {
+        writeln!(report, "\n{} run(s) failed:", errors.len()).unwrap();
+        for e in &errors {
+            writeln!(report, "- {e}").unwrap();
+        }
+    }
+    println!("{report}");
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, &report).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(errors.is_empty())
+}

@@ -1,0 +1,66 @@
+//! Measurements: throughput of a timed phase and the latency distribution of its requests.
+
+use std::time::Duration;
+
+/// One timed phase of one run.
+#[derive(Clone, Copy, Debug)]
+pub struct Measured {
+    pub ops_per_sec: f64,
+    /// Median latency of one FUSE request.
+    pub p50: Duration,
+    /// 99th percentile latency of one FUSE request.
+    pub p99: Duration,
+}
+
+impl Measured {
+    /// `ops` operations done in `elapsed`; `latencies` of every FUSE request sent meanwhile.
+    pub fn new(ops: usize, elapsed: Duration, mut latencies: Vec<Duration>) -> Measured {
+        latencies.sort_unstable();
+        let pct = |p: usize| {
+            latencies
+                .get((latencies.len() * p / 100).min(latencies.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or_default()
+        };
+        Measured {
+            ops_per_sec: ops as f64 / elapsed.as_secs_f64().max(1e-9),
+            p50: pct(50),
+            p99: pct(99),
+        }
+    }
+}
+
+/// The run with the median throughput (the upper one of an even count).
+pub fn median(runs: &[Measured]) -> Option<Measured> {
+    let mut sorted = runs.to_vec();
+    sorted.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+    sorted.get(sorted.len() / 2).copied()
+}
+
+/// `12,345` (integer with thousands separators) or `12.3` below 100.
+pub fn fmt_rate(x: f64) -> String {
+    if x < 100.0 {
+        return format!("{x:.1}");
+    }
+    let digits = format!("{:.0}", x);
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// Latency in µs (ms from 10 ms on).
+pub fn fmt_latency(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 10_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else if us >= 100.0 {
+        format!("{us:.0} µs")
+    } else {
+        format!("{us:.1} µs")
+    }
+}
