@@ -123,7 +123,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         }
     );
     let server = Arc::new(FuseServer::new(fs, ServerOptions::default()));
-    let backend = VhostFsBackend::new(server, cfg.tag.as_deref(), cfg.thread_pool_size)
+    let backend = VhostFsBackend::new(server.clone(), cfg.tag.as_deref(), cfg.thread_pool_size)
         .map_err(|e| e.to_string())?;
 
     let (_pid_file, mut listener) = match &cfg.socket {
@@ -143,7 +143,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
     daemon
         .start(&mut listener)
         .map_err(|e| format!("vhost-user: {e}"))?;
-    match daemon.wait() {
+    let waited = daemon.wait();
+    server.log_stats();
+    match waited {
         Ok(()) => Ok(()),
         Err(DaemonError::HandleRequest(
             VhostUserError::Disconnected
