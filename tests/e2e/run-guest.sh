@@ -21,6 +21,7 @@
 #   --tag TAG          virtio-fs tag (default: share)
 # Environment: DAEMON, VHOSTFS_GUEST_DIR (default: REPO/target/guest), QEMU (default:
 #   qemu-system-x86_64), E2E_MEM (default: 512M), E2E_SMP (default: 2), E2E_KEEP=1,
+#   E2E_QUEUES (the device's num-request-queues; default: QEMU's, 1),
 #   E2E_DAEMON_EXIT_TIMEOUT (seconds to wait for the daemon to exit by itself; default 10),
 #   E2E_SHOW_LOGS=0 (do not dump log tails when the guest reports FAIL).
 #
@@ -170,7 +171,7 @@ qargs=(
   -accel tcg -cpu max -smp "$smp" -m "$mem"
   -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa 'node,memdev=mem'
   -chardev "socket,id=char0,path=$sock"
-  -device "vhost-user-fs-pci,queue-size=1024,chardev=char0,tag=$tag"
+  -device "vhost-user-fs-pci,queue-size=1024,chardev=char0,tag=$tag${E2E_QUEUES:+,num-request-queues=$E2E_QUEUES}"
   -kernel "$kernel" -initrd "$initramfs"
   -append "console=ttyS0 quiet panic=-1 e2e.tag=$tag${append:+ $append}"
   -nic none -nographic -no-reboot
