@@ -271,7 +271,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         }
     );
     let server = Arc::new(FuseServer::new(fs, ServerOptions::default()));
-    let backend = VhostFsBackend::new(server, cfg.tag.as_deref(), cfg.thread_pool_size)
+    let backend = VhostFsBackend::new(server.clone(), cfg.tag.as_deref(), cfg.thread_pool_size)
         .map_err(|e| e.to_string())?;
 
     let mut listener = open_listener(&cfg.socket, activation)?;
@@ -295,7 +295,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if let Some(n) = &notifier {
         n.send("STATUS=serving the guest");
     }
-    let result = match daemon.wait() {
+    let waited = daemon.wait();
+    server.log_stats();
+    let result = match waited {
         Ok(()) => Ok(()),
         Err(DaemonError::HandleRequest(
             VhostUserError::Disconnected

@@ -124,12 +124,14 @@ impl Inode {
             InodeSource::Handle(h) => mounts.open(h, flags),
             InodeSource::Fd { fd, .. } => {
                 let name = CString::new(fd.as_raw_fd().to_string()).expect("digits have no NUL");
+                // /proc/self/fd/N is a magic link: O_NOFOLLOW would fail it with ELOOP (the
+                // inode is known not to be a symlink, checked above).
                 // SAFETY: valid dirfd and NUL-terminated name; the result is checked and owned.
                 let ret = unsafe {
                     libc::openat(
                         proc_self_fd.as_raw_fd(),
                         name.as_ptr(),
-                        flags | libc::O_CLOEXEC,
+                        (flags & !libc::O_NOFOLLOW) | libc::O_CLOEXEC,
                     )
                 };
                 if ret < 0 {

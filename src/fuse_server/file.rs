@@ -12,7 +12,7 @@ use fuse_backend_rs::transport::{Reader, Writer};
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 
-use super::abi::FUSE_FSYNC_FDATASYNC;
+use super::abi::{FUSE_FSYNC_FDATASYNC, FUSE_READ, FUSE_WRITE};
 use super::ops::{read_obj, read_rest, reply_empty, take_cstr};
 use super::reply::{self, einval, OUT_HEADER_SIZE};
 use super::{FuseServer, Req};
@@ -146,6 +146,7 @@ impl FuseServer {
         let n = self
             .fs
             .with_file(i.fh, |f| read_file_into(&mut data, f, size, i.offset))?;
+        self.count_bytes(FUSE_READ, n);
         reply::write_header(w, q.unique, 0, OUT_HEADER_SIZE + n)
     }
 
@@ -164,6 +165,7 @@ impl FuseServer {
         let n = self
             .fs
             .with_file(i.fh, |f| write_file_from(r, f, size, i.offset))?;
+        self.count_bytes(FUSE_WRITE, n);
         let out = WriteOut {
             size: n as u32,
             padding: 0,

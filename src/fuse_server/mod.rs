@@ -61,6 +61,25 @@ pub struct FuseServer {
     /// Between a successful INIT and DESTROY.
     initialized: AtomicBool,
     counters: [AtomicU64; UNKNOWN_SLOT + 1],
+    /// Data bytes moved per opcode slot: READ (file → guest) and WRITE (guest → file).
+    bytes: [AtomicU64; UNKNOWN_SLOT + 1],
+}
+
+/// What [`FuseServer::stats`] reports for one opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpStats {
+    pub name: &'static str,
+    /// Requests seen.
+    pub count: u64,
+    /// Data bytes moved (READ and WRITE payloads; 0 for other opcodes).
+    pub bytes: u64,
+}
+
+fn slot_of(opcode: u32) -> usize {
+    match opcode_name(opcode) {
+        Some(_) => opcode as usize,
+        None => UNKNOWN_SLOT,
+    }
 }
 
 /// The reply length of a request whose success makes the guest hold a node ID (entry replies)
@@ -88,6 +107,7 @@ impl FuseServer {
             opts,
             initialized: AtomicBool::new(false),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
+            bytes: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -117,30 +137,43 @@ impl FuseServer {
         self.handle(reader, writer.into())
     }
 
-    /// Requests seen per opcode, for opcodes seen at least once, in opcode order; requests
-    /// with an opcode we do not know are counted as "UNKNOWN".
-    pub fn stats(&self) -> Vec<(&'static str, u64)> {
+    /// Requests and data bytes per opcode, for opcodes seen at least once, in opcode order;
+    /// requests with an opcode we do not know are counted as "UNKNOWN".
+    pub fn stats(&self) -> Vec<OpStats> {
         self.counters
             .iter()
+            .zip(&self.bytes)
             .enumerate()
-            .filter_map(|(i, c)| {
-                let n = c.load(Ordering::Relaxed);
+            .filter_map(|(i, (c, b))| {
+                let count = c.load(Ordering::Relaxed);
                 let name = if i == UNKNOWN_SLOT {
                     "UNKNOWN"
                 } else {
                     opcode_name(i as u32)?
                 };
-                (n > 0).then_some((name, n))
+                (count > 0).then_some(OpStats {
+                    name,
+                    count,
+                    bytes: b.load(Ordering::Relaxed),
+                })
             })
             .collect()
     }
 
+    /// Logs [`Self::stats`] at debug level, one line per opcode.
+    pub fn log_stats(&self) {
+        for s in self.stats() {
+            log::debug!("stats: {} count={} bytes={}", s.name, s.count, s.bytes);
+        }
+    }
+
     fn count(&self, opcode: u32) {
-        let slot = match opcode_name(opcode) {
-            Some(_) => opcode as usize,
-            None => UNKNOWN_SLOT,
-        };
-        self.counters[slot].fetch_add(1, Ordering::Relaxed);
+        self.counters[slot_of(opcode)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `n` data bytes to a (known) opcode's counter.
+    fn count_bytes(&self, opcode: u32, n: usize) {
+        self.bytes[slot_of(opcode)].fetch_add(n as u64, Ordering::Relaxed);
     }
 
     fn handle<S: BitmapSlice>(&self, mut r: Reader<S>, mut w: Writer<S>) -> u32 {

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Builds the tiny e2e guest initramfs from busybox-static.
 #
-#   tests/e2e/mkinitramfs.sh OUT.cpio.gz [TEST_SCRIPT]
+#   tests/e2e/mkinitramfs.sh [--extra-bin FILE]... [--compress gzip|zstd] OUT.cpio.gz [TEST_SCRIPT]
 #
-# TEST_SCRIPT (default: guest-fs-test.sh next to this file) is stored as /test.sh. The /init
+# TEST_SCRIPT (default: guest-fs-test.sh next to this file) is stored as /test.sh.
+# --extra-bin FILE (repeatable) adds a dynamically linked host binary as /bin/NAME, with every
+# library `ldd` lists and the dynamic loader at their host paths (used by benches/guest for fio).
+# --compress zstd decompresses much faster in a TCG guest than the default gzip; use it for big
+# images. The /init
 # mounts proc/sys/dev, mounts the virtio-fs share on /mnt and runs `sh SCRIPT /mnt`, prints PASS/FAIL
 # lines and one final machine-readable line to the console, then powers off:
 #
@@ -19,7 +23,20 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:?usage: $0 OUT.cpio.gz [TEST_SCRIPT]}
+extra_bins=() compress=gzip
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --extra-bin) extra_bins+=("$2"); shift 2 ;;
+    --compress) compress=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+case "$compress" in
+  gzip) compressor=(gzip -6) ;;
+  zstd) compressor=(zstd -q -3 -T0) ;;
+  *) echo "mkinitramfs: --compress gzip|zstd, not $compress" >&2; exit 1 ;;
+esac
+out=${1:?usage: $0 [--extra-bin FILE]... [--compress gzip|zstd] OUT.cpio.gz [TEST_SCRIPT]}
 script=${2:-$here/guest-fs-test.sh}
 busybox=${BUSYBOX:-/bin/busybox}
 
@@ -29,7 +46,7 @@ if command -v file >/dev/null 2>&1 && ! file -L "$busybox" | grep -q 'statically
   echo "mkinitramfs: $busybox is not statically linked (install busybox-static)" >&2
   exit 1
 fi
-for tool in cpio gzip; do
+for tool in cpio "${compressor[0]}"; do
   command -v "$tool" >/dev/null 2>&1 || { echo "mkinitramfs: $tool missing" >&2; exit 1; }
 done
 
@@ -46,6 +63,15 @@ chmod 0755 "$root/bin/busybox"
   [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
 done
 install -m 0755 "$script" "$root/test.sh"
+for bin in "${extra_bins[@]}"; do
+  [ -x "$bin" ] || { echo "mkinitramfs: --extra-bin $bin is not an executable" >&2; exit 1; }
+  install -m 0755 "$bin" "$root/bin/$(basename "$bin")"
+  # ldd lines: "libx.so.1 => /lib/.../libx.so.1 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)".
+  while read -r lib; do
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+done
 # Minimal passwd/group so `ls -l` / `stat` can print names; uid 1000 is the chown target.
 printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/tmp:/bin/sh\n' > "$root/etc/passwd"
 printf 'root:x:0:\nuser:x:1000:\n' > "$root/etc/group"
@@ -121,6 +147,6 @@ INIT
 chmod 0755 "$root/init"
 
 mkdir -p "$(dirname "$out")"
-(cd "$root" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc -R 0:0 --quiet) | gzip -6 > "$tmp_out"
+(cd "$root" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc -R 0:0 --quiet) | "${compressor[@]}" > "$tmp_out"
 mv -f "$tmp_out" "$out"
 echo "mkinitramfs: wrote $out ($(du -k "$out" | cut -f1) KiB, script $(basename "$script"))"
