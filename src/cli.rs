@@ -154,7 +154,9 @@ pub struct Config {
     pub inode_file_handles: InodeFileHandles,
     /// `--cache` or `-o cache=` (default `auto`).
     pub cache: CacheMode,
-    /// `--thread-pool-size` (default 0: requests are served on the queue thread).
+    /// `--thread-pool-size` (0: every request is served on its queue's thread; default: the
+    /// number of CPUs — unlike virtiofsd's 0, because pool threads cost nothing until a queue
+    /// has a backlog).
     pub thread_pool_size: usize,
     /// `--rlimit-nofile`; `None` means virtiofsd's default (min(1000000, fs.nr_open)) and
     /// `Some(0)` leaves the limit unchanged.
@@ -292,9 +294,10 @@ struct Opt {
     #[arg(long, conflicts_with_all = ["socket_path", "socket"])]
     fd: Option<RawFd>,
 
-    /// Maximum thread pool size. A value of "0" disables the pool
-    #[arg(long, default_value = "0")]
-    thread_pool_size: usize,
+    /// Maximum thread pool size. A value of "0" disables the pool [default: the number of CPUs;
+    /// pool threads only join a request queue that has a backlog]
+    #[arg(long)]
+    thread_pool_size: Option<usize>,
 
     /// Enable support for extended attributes
     #[arg(long)]
@@ -655,6 +658,11 @@ fn one_line(err: &clap::Error) -> CliError {
 /// value, a missing required option, an invalid `--fd`, or an option vhostfs does not
 /// support yet. `--print-capabilities` is honoured once the syntax is valid, whatever else
 /// is given (as virtiofsd does).
+/// The thread pool size when `--thread-pool-size` is not given: one per CPU.
+pub fn default_thread_pool_size() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 pub fn parse_args<I: IntoIterator<Item = OsString>>(args: I) -> Result<Action, CliError> {
     let matches = match Opt::command().try_get_matches_from(args) {
         Ok(m) => m,
@@ -744,7 +752,9 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         shared_dir,
         inode_file_handles,
         cache: eff.cache,
-        thread_pool_size: opt.thread_pool_size,
+        thread_pool_size: opt
+            .thread_pool_size
+            .unwrap_or_else(default_thread_pool_size),
         rlimit_nofile: opt.rlimit_nofile,
         readonly: opt.readonly,
         xattr: eff.xattr,

@@ -4,13 +4,14 @@
 //! frontend picks how many it uses (up to [`MAX_REQUEST_QUEUES`]) with the MQ protocol feature.
 //! Every queue has its own worker thread (vhost-user-backend's epoll loop), which pops a chain,
 //! hands it to the [`FuseServer`], puts the reply length in the used ring and notifies the guest
-//! (with EVENT_IDX, only when the guest asked to be notified).
+//! (with EVENT_IDX, only when the guest asked to be notified). With `--thread-pool-size N`, pool
+//! threads join a queue thread whose queue has a backlog and drain it alongside.
 //!
 //! Locks: the vring's own lock is taken only to pop a chain and to add a used entry, never while a
 //! request runs, so the frontend thread (GET_VRING_BASE and friends) is never blocked by I/O.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
@@ -55,8 +56,10 @@ pub struct VhostFsBackend {
 
 struct Inner {
     server: Arc<FuseServer>,
-    /// `Some` with `--thread-pool-size N > 0`: queue threads hand requests to it.
+    /// `Some` with `--thread-pool-size N > 0`: its threads help drain queues with a backlog.
     pool: Option<WorkerPool>,
+    /// Pool threads draining a queue right now (at most the pool's size).
+    helpers: AtomicUsize,
     mem: RwLock<Option<GuestMemoryAtomic<GuestMemory>>>,
     event_idx: AtomicBool,
     tag: Option<[u8; 36]>,
@@ -92,6 +95,7 @@ impl VhostFsBackend {
                 } else {
                     None
                 },
+                helpers: AtomicUsize::new(0),
                 mem: RwLock::new(None),
                 event_idx: AtomicBool::new(false),
                 tag,
@@ -99,7 +103,8 @@ impl VhostFsBackend {
         })
     }
 
-    /// Serves every chain available on `vring`.
+    /// Serves every chain available on `vring` (called on the queue's own thread when the
+    /// guest kicks).
     fn process_queue(&self, vring: &Vring) -> io::Result<()> {
         let Some(atomic) = self
             .inner
@@ -115,36 +120,67 @@ impl VhostFsBackend {
             if event_idx {
                 vring.disable_notification().map_err(io::Error::other)?;
             }
-            loop {
-                let mem = atomic.memory();
-                let chain = vring
-                    .get_mut()
-                    .get_queue_mut()
-                    .pop_descriptor_chain(mem.clone());
-                let Some(chain) = chain else { break };
-                let head = chain.head_index();
-                match &self.inner.pool {
-                    None => {
-                        let used = self.inner.server.handle_chain(&*mem, chain);
-                        complete(vring, head, used, event_idx)?;
-                    }
-                    Some(pool) => {
-                        let (server, vring) = (Arc::clone(&self.inner.server), vring.clone());
-                        pool.execute(move || {
-                            let used = server.handle_chain(&*mem, chain);
-                            if let Err(e) = complete(&vring, head, used, event_idx) {
-                                log::error!("cannot complete a request: {e}");
-                            }
-                        });
-                    }
-                }
-            }
+            self.drain(vring, &atomic, event_idx, true)?;
             // With EVENT_IDX, re-enable notifications and look again: the guest may have added
             // chains after the last pop and before it saw notifications enabled.
             if !event_idx || !vring.enable_notification().map_err(io::Error::other)? {
                 return Ok(());
             }
         }
+    }
+
+    /// Pops and serves chains until `vring` is empty. The thread that pops a chain serves it:
+    /// no hand-over, so one request in flight costs no thread switch. With `recruit`, when
+    /// chains are still waiting after a pop, an idle pool thread (if any) is asked to drain the
+    /// queue alongside, so a backlog is served in parallel.
+    fn drain(
+        &self,
+        vring: &Vring,
+        atomic: &GuestMemoryAtomic<GuestMemory>,
+        event_idx: bool,
+        recruit: bool,
+    ) -> io::Result<()> {
+        loop {
+            let mem = atomic.memory();
+            let (chain, backlog) = {
+                let mut state = vring.get_mut();
+                let queue = state.get_queue_mut();
+                let chain = queue.pop_descriptor_chain(mem.clone());
+                let backlog = chain.is_some()
+                    && queue
+                        .avail_idx(&*mem, Ordering::Acquire)
+                        .is_ok_and(|avail| avail.0 != queue.next_avail());
+                (chain, backlog)
+            };
+            let Some(chain) = chain else { return Ok(()) };
+            if recruit && backlog {
+                self.recruit_helper(vring, atomic, event_idx);
+            }
+            let head = chain.head_index();
+            let used = self.inner.server.handle_chain(&*mem, chain);
+            complete(vring, head, used, event_idx)?;
+        }
+    }
+
+    /// Starts one more pool thread draining `vring`, unless every pool thread is busy already.
+    fn recruit_helper(
+        &self,
+        vring: &Vring,
+        atomic: &GuestMemoryAtomic<GuestMemory>,
+        event_idx: bool,
+    ) {
+        let Some(pool) = &self.inner.pool else { return };
+        if self.inner.helpers.fetch_add(1, Ordering::AcqRel) >= pool.size() {
+            self.inner.helpers.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let (this, vring, atomic) = (self.clone(), vring.clone(), atomic.clone());
+        pool.execute(move || {
+            if let Err(e) = this.drain(&vring, &atomic, event_idx, false) {
+                log::error!("cannot serve a request queue: {e}");
+            }
+            this.inner.helpers.fetch_sub(1, Ordering::AcqRel);
+        });
     }
 }
 

@@ -1,9 +1,10 @@
 //! A fixed pool of threads that run requests handed over by the queue threads
 //! (`--thread-pool-size N`, N > 0).
 //!
-//! Without a pool each queue's thread serves its requests one after the other; with one, a queue
-//! thread only pops chains and the pool serves them in parallel, so slow requests (fsync, a cold
-//! read) do not hold up the rest of the queue. The pool is shared by all queues.
+//! Without a pool each queue's thread serves its requests one after the other; with one, pool
+//! threads join a queue thread when its queue has a backlog (see `vhost_device`), so requests are
+//! served in parallel and slow ones (fsync, a cold read) do not hold up the rest of the queue. The
+//! pool is shared by all queues.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,7 @@ use std::thread::JoinHandle;
 type Job = Box<dyn FnOnce() + Send>;
 
 pub struct WorkerPool {
+    size: usize,
     tx: Mutex<Option<Sender<Job>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -29,9 +31,15 @@ impl WorkerPool {
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(WorkerPool {
+            size,
             tx: Mutex::new(Some(tx)),
             threads: Mutex::new(threads),
         })
+    }
+
+    /// Number of threads.
+    pub fn size(&self) -> usize {
+        self.size
     }
 
     /// Runs `job` on a pool thread (or here, if the pool is shutting down).

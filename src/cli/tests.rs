@@ -46,7 +46,7 @@ fn defaults_match_virtiofsd() {
             shared_dir: "/srv".into(),
             inode_file_handles: InodeFileHandles::Prefer,
             cache: CacheMode::Auto,
-            thread_pool_size: 0,
+            thread_pool_size: default_thread_pool_size(),
             rlimit_nofile: None,
             readonly: false,
             xattr: false,
