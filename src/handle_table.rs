@@ -20,6 +20,13 @@ const SHARDS: usize = 16;
 pub struct DirState {
     /// getdents64 buffer, reused across calls.
     pub buf: Vec<u8>,
+    /// Bytes of `buf` filled by the last getdents64.
+    pub len: usize,
+    /// Where in `buf` the next entry to hand out starts.
+    pub pos: usize,
+    /// The directory offset of that entry: a READDIR continuing from here is served from `buf`
+    /// without a syscall (the guest's reply buffer holds far fewer entries than `buf`).
+    pub offset: u64,
 }
 
 pub struct OpenFile {

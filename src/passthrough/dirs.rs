@@ -53,74 +53,84 @@ impl PassthroughFs {
         let fd = open.file.as_raw_fd();
         // SAFETY: `open` keeps the fd valid for this call.
         let dirfd = unsafe { BorrowedFd::borrow_raw(fd) };
-        // One READDIR per handle at a time: the offset of the fd is shared.
-        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
-        if state.buf.len() != DIRENT_BUF {
-            state.buf.resize(DIRENT_BUF, 0);
+        // One READDIR per handle at a time: the fd's offset and the buffer are shared.
+        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *guard;
+        if st.buf.len() != DIRENT_BUF {
+            st.buf.resize(DIRENT_BUF, 0);
         }
-        let off = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
-        // SAFETY: valid fd.
-        if unsafe { libc::lseek64(fd, off, libc::SEEK_SET) } < 0 {
-            return Err(io::Error::last_os_error());
+        if st.pos >= st.len || st.offset != offset {
+            // Not a continuation of the buffered entries: start over at `offset`.
+            let off = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
+            // SAFETY: valid fd.
+            if unsafe { libc::lseek64(fd, off, libc::SEEK_SET) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            (st.len, st.pos, st.offset) = (0, 0, offset);
         }
         let mut added_any = false;
         loop {
-            let buf = &mut state.buf;
-            // SAFETY: valid fd and a writable buffer of buf.len() bytes.
-            let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let n = n as usize;
-            if n == 0 {
-                return Ok(());
-            }
-            let mut pos = 0;
-            while pos + DIRENT64_HEADER <= n {
-                let rec = &buf[pos..n];
-                let ino = u64::from_ne_bytes(rec[0..8].try_into().expect("8 bytes"));
-                let next = u64::from_ne_bytes(rec[8..16].try_into().expect("8 bytes"));
-                let reclen = u16::from_ne_bytes([rec[16], rec[17]]) as usize;
-                let kind = rec[18] as u32;
-                if reclen < DIRENT64_HEADER || reclen > rec.len() {
-                    return Err(err(libc::EIO));
+            if st.pos + DIRENT64_HEADER > st.len {
+                // SAFETY: valid fd and a writable buffer of buf.len() bytes.
+                let n = unsafe {
+                    libc::syscall(libc::SYS_getdents64, fd, st.buf.as_mut_ptr(), st.buf.len())
+                };
+                if n < 0 {
+                    st.len = 0;
+                    return Err(io::Error::last_os_error());
                 }
-                let name_field = &rec[DIRENT64_HEADER..reclen];
-                let name_len = name_field
-                    .iter()
-                    .position(|&b| b == 0)
-                    .unwrap_or(name_field.len());
-                let name = &name_field[..name_len];
-                pos += reclen;
-                let entry = if plus && name != b"." && name != b".." {
-                    let cname =
-                        CStr::from_bytes_until_nul(name_field).map_err(|_| err(libc::EIO))?;
-                    match self.lookup_at(&dir_inode, dirfd, cname) {
-                        Ok(e) => Some(e),
-                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-                        Err(e) if added_any => {
-                            log::debug!("readdirplus stops early: {e}");
-                            return Ok(());
-                        }
-                        Err(e) => return Err(e),
-                    }
-                } else {
-                    None
-                };
-                let dent = DirEntry {
-                    ino,
-                    off: next,
-                    kind,
-                    name,
-                };
-                if !add(&dent, entry.as_ref()) {
-                    if let Some(e) = entry {
-                        self.forget(e.nodeid, 1);
-                    }
+                (st.len, st.pos) = (n as usize, 0);
+                if n == 0 {
                     return Ok(());
                 }
-                added_any = true;
             }
+            let rec = &st.buf[st.pos..st.len];
+            let ino = u64::from_ne_bytes(rec[0..8].try_into().expect("8 bytes"));
+            let next = u64::from_ne_bytes(rec[8..16].try_into().expect("8 bytes"));
+            let reclen = u16::from_ne_bytes([rec[16], rec[17]]) as usize;
+            let kind = rec[18] as u32;
+            if reclen < DIRENT64_HEADER || reclen > rec.len() {
+                st.len = 0;
+                return Err(err(libc::EIO));
+            }
+            let name_field = &rec[DIRENT64_HEADER..reclen];
+            let name_len = name_field
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(name_field.len());
+            let name = &name_field[..name_len];
+            let entry = if plus && name != b"." && name != b".." {
+                let cname = CStr::from_bytes_until_nul(name_field).map_err(|_| err(libc::EIO))?;
+                match self.lookup_at(&dir_inode, dirfd, cname) {
+                    Ok(e) => Some(e),
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                        // Gone since getdents: skip it.
+                        (st.pos, st.offset) = (st.pos + reclen, next);
+                        continue;
+                    }
+                    Err(e) if added_any => {
+                        log::debug!("readdirplus stops early: {e}");
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                None
+            };
+            let dent = DirEntry {
+                ino,
+                off: next,
+                kind,
+                name,
+            };
+            if !add(&dent, entry.as_ref()) {
+                if let Some(e) = entry {
+                    self.forget(e.nodeid, 1);
+                }
+                return Ok(());
+            }
+            added_any = true;
+            (st.pos, st.offset) = (st.pos + reclen, next);
         }
     }
 
