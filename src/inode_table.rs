@@ -65,6 +65,7 @@ pub struct Inode {
 pub enum InodeFd<'a> {
     Borrowed(BorrowedFd<'a>),
     Owned(OwnedFd),
+    Shared(Arc<OwnedFd>),
 }
 
 impl AsFd for InodeFd<'_> {
@@ -72,6 +73,7 @@ impl AsFd for InodeFd<'_> {
         match self {
             InodeFd::Borrowed(fd) => *fd,
             InodeFd::Owned(fd) => fd.as_fd(),
+            InodeFd::Shared(fd) => fd.as_fd(),
         }
     }
 }
@@ -99,14 +101,6 @@ impl Inode {
 
     pub fn is_symlink(&self) -> bool {
         self.kind == libc::S_IFLNK
-    }
-
-    /// An O_PATH fd for this inode, valid for the caller's scope.
-    pub fn path_fd(&self, mounts: &MountFds) -> io::Result<InodeFd<'_>> {
-        match &self.source {
-            InodeSource::Fd { fd, .. } => Ok(InodeFd::Borrowed(fd.as_fd())),
-            InodeSource::Handle(h) => Ok(InodeFd::Owned(mounts.open(h, libc::O_PATH)?)),
-        }
     }
 
     /// Opens the inode for I/O with `flags` (never following a symlink: callers refuse
@@ -239,21 +233,21 @@ impl InodeTable {
         inode
     }
 
-    /// Drops `n` lookups of `nodeid`; removes the inode when none are left. Unknown node IDs are
-    /// ignored (FORGET has no reply).
-    pub fn forget(&self, nodeid: u64, n: u64) {
+    /// Drops `n` lookups of `nodeid`; removes the inode when none are left (and then returns
+    /// `true`). Unknown node IDs are ignored (FORGET has no reply).
+    pub fn forget(&self, nodeid: u64, n: u64) -> bool {
         if nodeid == ROOT_ID {
-            return;
+            return false;
         }
         let removed = {
             let mut shard = lock(&self.shards[shard_of_id(nodeid)]);
             let Some(inode) = shard.by_id.get(&nodeid) else {
-                return;
+                return false;
             };
             let left = inode.lookups.load(Ordering::Relaxed).saturating_sub(n);
             inode.lookups.store(left, Ordering::Relaxed);
             if left > 0 {
-                return;
+                return false;
             }
             let inode = shard.by_id.remove(&nodeid).expect("present");
             if let Entry::Occupied(e) = shard.by_key.entry(inode.key) {
@@ -265,6 +259,7 @@ impl InodeTable {
         };
         // The fd (if any) closes here, outside the lock, unless a request still uses it.
         drop(removed);
+        true
     }
 
     /// Forgets every inode but the root (FUSE_DESTROY, or a new session).

@@ -3,6 +3,7 @@ pub mod cli;
 pub mod credentials;
 pub mod daemon;
 pub mod fd_budget;
+pub mod fd_cache;
 pub mod file_handle;
 pub mod fuse_server;
 pub mod handle_table;

@@ -103,13 +103,15 @@ impl PassthroughFs {
     pub fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
         check_name(name)?;
         let dir = self.dir(parent)?;
-        let fd = dir.path_fd(&self.mounts)?;
+        let fd = self.path_fd(&dir)?;
         self.lookup_at(&dir, fd.as_fd(), name)
     }
 
     /// Drop `nlookup` lookups of `nodeid`; the inode dies when its count reaches zero.
     pub fn forget(&self, nodeid: u64, nlookup: u64) {
-        self.inodes.forget(nodeid, nlookup);
+        if self.inodes.forget(nodeid, nlookup) {
+            self.fd_cache.evict(nodeid);
+        }
     }
 
     /// `fh` is `Some` when the guest sent FUSE_GETATTR_FH.
@@ -144,7 +146,7 @@ impl PassthroughFs {
             return sys::statx(file.file.as_fd(), c"", flags, mask);
         }
         let inode = self.inodes.get(nodeid)?;
-        let fd = inode.path_fd(&self.mounts)?;
+        let fd = self.path_fd(&inode)?;
         sys::statx(fd.as_fd(), c"", flags, mask)
     }
 
@@ -156,7 +158,7 @@ impl PassthroughFs {
         } else {
             None
         };
-        let path_fd = inode.path_fd(&self.mounts)?;
+        let path_fd = self.path_fd(&inode)?;
         // The fd the changes go through: the open file if given, else the inode's O_PATH fd
         // (reached through /proc/self/fd where the syscall wants a path).
         let proc_name =
@@ -261,7 +263,7 @@ impl PassthroughFs {
         if !inode.is_symlink() {
             return Err(err(libc::EINVAL));
         }
-        let fd = inode.path_fd(&self.mounts)?;
+        let fd = self.path_fd(&inode)?;
         let mut buf = vec![0u8; libc::PATH_MAX as usize];
         // SAFETY: valid fd, empty path (the fd is the link), writable buffer of buf.len() bytes.
         let n = unsafe {
@@ -291,7 +293,7 @@ impl PassthroughFs {
         self.check_writable()?;
         check_name(name)?;
         let dir = self.dir(parent)?;
-        let fd = dir.path_fd(&self.mounts)?;
+        let fd = self.path_fd(&dir)?;
         {
             let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
             check(make(fd.as_fd()))?;
@@ -338,7 +340,7 @@ impl PassthroughFs {
         self.check_writable()?;
         check_name(name)?;
         let dir = self.dir(parent)?;
-        let fd = dir.path_fd(&self.mounts)?;
+        let fd = self.path_fd(&dir)?;
         // SAFETY: valid fd and C string.
         check(unsafe { libc::unlinkat(fd.as_fd().as_raw_fd(), name.as_ptr(), flags) }).map(drop)
     }
@@ -368,7 +370,7 @@ impl PassthroughFs {
             return Err(err(libc::EINVAL));
         }
         let (old, new) = (self.dir(olddir)?, self.dir(newdir)?);
-        let (oldfd, newfd) = (old.path_fd(&self.mounts)?, new.path_fd(&self.mounts)?);
+        let (oldfd, newfd) = (self.path_fd(&old)?, self.path_fd(&new)?);
         // SAFETY: valid fds and C strings.
         check(unsafe {
             libc::renameat2(
@@ -396,7 +398,7 @@ impl PassthroughFs {
             return Err(err(libc::EPERM));
         }
         let dir = self.dir(newparent)?;
-        let (fd, dirfd) = (inode.path_fd(&self.mounts)?, dir.path_fd(&self.mounts)?);
+        let (fd, dirfd) = (self.path_fd(&inode)?, self.path_fd(&dir)?);
         // SAFETY: valid fds and C strings; AT_EMPTY_PATH links the inode `fd` refers to.
         check(unsafe {
             libc::linkat(

@@ -78,7 +78,7 @@ impl PassthroughFs {
         if !dir.is_dir() {
             return Err(err(libc::ENOTDIR));
         }
-        let dirfd = dir.path_fd(&self.mounts)?;
+        let dirfd = self.path_fd(&dir)?;
         let token = self.budget.take()?;
         let fd = {
             let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
@@ -115,7 +115,7 @@ impl PassthroughFs {
         if !dir.is_dir() {
             return Err(err(libc::ENOTDIR));
         }
-        let dirfd = dir.path_fd(&self.mounts)?;
+        let dirfd = self.path_fd(&dir)?;
         let (file_token, path_token) = (self.budget.take()?, self.budget.take()?);
         let fd = {
             let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
@@ -260,7 +260,7 @@ impl PassthroughFs {
 
     pub fn statfs(&self, _ctx: &Context, nodeid: u64) -> io::Result<libc::statvfs64> {
         let inode = self.inodes.get(nodeid)?;
-        let fd = inode.path_fd(&self.mounts)?;
+        let fd = self.path_fd(&inode)?;
         let mut st = std::mem::MaybeUninit::<libc::statvfs64>::zeroed();
         // SAFETY: valid fd (fstatfs accepts O_PATH fds) and a writable buffer.
         check(unsafe { libc::fstatvfs64(fd.as_fd().as_raw_fd(), st.as_mut_ptr()) })?;
@@ -314,7 +314,7 @@ impl PassthroughFs {
 
     fn statx_of(&self, nodeid: u64) -> io::Result<libc::statx> {
         let inode = self.inodes.get(nodeid)?;
-        let fd = inode.path_fd(&self.mounts)?;
+        let fd = self.path_fd(&inode)?;
         sys::statx(fd.as_fd(), c"", 0, libc::STATX_BASIC_STATS)
     }
 }

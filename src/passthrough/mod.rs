@@ -27,9 +27,10 @@ use std::time::Duration;
 
 use crate::cli::InodeFileHandles;
 use crate::fd_budget::FdBudget;
+use crate::fd_cache::FdCache;
 use crate::file_handle::{FileHandle, MountFds};
 use crate::handle_table::HandleTable;
-use crate::inode_table::{Inode, InodeKey, InodeSource, InodeTable};
+use crate::inode_table::{Inode, InodeFd, InodeKey, InodeSource, InodeTable};
 
 /// The caller of one request, from `fuse_in_header`.
 #[derive(Clone, Copy, Debug)]
@@ -113,6 +114,8 @@ pub struct PassthroughFs {
     inodes: InodeTable,
     handles: HandleTable,
     mounts: MountFds,
+    /// O_PATH fds of recently used handle-backed inodes.
+    fd_cache: FdCache,
     budget: Arc<FdBudget>,
     /// `/proc/self/fd`, opened before any sandboxing, to re-open O_PATH fds.
     proc_self_fd: OwnedFd,
@@ -200,6 +203,7 @@ impl PassthroughFs {
             inodes: InodeTable::new(root),
             handles: HandleTable::default(),
             mounts,
+            fd_cache: FdCache::default(),
             budget,
             proc_self_fd,
         })
@@ -243,8 +247,25 @@ impl PassthroughFs {
 
     /// FUSE_DESTROY (and a new FUSE_INIT): forget every inode but the root, close every handle.
     pub fn destroy(&self) {
+        self.fd_cache.clear();
         self.handles.clear();
         self.inodes.clear();
+    }
+
+    /// An O_PATH fd for `inode`, for this request: its own (an fd-backed inode), else the
+    /// cached one, else one opened from its handle (and cached for the next request).
+    fn path_fd<'a>(&self, inode: &'a Inode) -> io::Result<InodeFd<'a>> {
+        match &inode.source {
+            InodeSource::Fd { fd, .. } => Ok(InodeFd::Borrowed(fd.as_fd())),
+            InodeSource::Handle(h) => {
+                if let Some(fd) = self.fd_cache.get(inode.nodeid) {
+                    return Ok(InodeFd::Shared(fd));
+                }
+                let fd = Arc::new(self.mounts.open(h, libc::O_PATH)?);
+                self.fd_cache.insert(inode.nodeid, Arc::clone(&fd));
+                Ok(InodeFd::Shared(fd))
+            }
+        }
     }
 
     fn check_writable(&self) -> io::Result<()> {
