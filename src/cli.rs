@@ -17,6 +17,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::sandbox::SandboxMode;
+
 /// Maximum length in bytes of `--tag` (the size of the tag field of the virtio-fs config space).
 pub const MAX_TAG_LEN: usize = 36;
 
@@ -166,6 +168,8 @@ pub struct Config {
     pub log_level: log::LevelFilter,
     /// `--syslog`: log to syslog instead of stderr.
     pub syslog: bool,
+    /// `--sandbox`, `-o sandbox=` (default `namespace`).
+    pub sandbox: SandboxMode,
     /// `--tag`: the tag advertised in the device config space (at most [`MAX_TAG_LEN`] bytes).
     pub tag: Option<String>,
     /// Warnings about deprecated spellings that were used (`-o`, `-d`, `-f`, `--socket`,
@@ -302,8 +306,7 @@ struct Opt {
     xattrmap: Option<String>,
 
     /// Sandbox mechanism to isolate the daemon process (namespace, chroot, none)
-    /// [only "none" is supported yet]
-    #[arg(long, default_value = "none", value_parser = one_of(SANDBOX, true))]
+    #[arg(long, default_value = "namespace", value_parser = one_of(SANDBOX, true))]
     sandbox: String,
 
     /// Prevent the guest from making modifications to the filesystem
@@ -579,7 +582,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
     check(opt.socket_group.is_some(), "--socket-group");
     check(eff.posix_acl.value != "never", &eff.posix_acl.spelling);
     check(eff.xattrmap.value, &eff.xattrmap.spelling);
-    check(eff.sandbox.value != "none", &eff.sandbox.spelling);
     check(opt.seccomp != "none", &format!("--seccomp={}", opt.seccomp));
     check(opt.allow_mmap, "--allow-mmap");
     check(!eff.readdirplus.value, &eff.readdirplus.spelling);
@@ -750,6 +752,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
             eff.log_level
         },
         syslog: opt.syslog,
+        sandbox: eff.sandbox.value.parse().map_err(CliError::new)?,
         tag: opt.tag,
         deprecations,
     }))

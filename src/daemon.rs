@@ -18,6 +18,7 @@ use crate::fd_budget::FdBudget;
 use crate::fuse_server::{FuseServer, ServerOptions};
 use crate::passthrough::{FsConfig, PassthroughFs};
 use crate::pid_file::PidFile;
+use crate::sandbox::Sandbox;
 use crate::vhost_device::VhostFsBackend;
 
 /// virtiofsd's default for `--rlimit-nofile` when it is not given.
@@ -100,6 +101,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if nofile < 2 * crate::fd_budget::DAEMON_RESERVE as u64 {
         log::warn!("the open-file limit is {nofile}: the guest can hold only {budget} open files");
     }
+    let sandbox = Sandbox::enter(cfg.sandbox)?;
     let fs_cfg = FsConfig {
         shared_dir: cfg.shared_dir.clone(),
         inode_file_handles: cfg.inode_file_handles,
@@ -136,6 +138,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // SAFETY: the command line checked that the fd is an open socket; we take it over.
         SocketSource::Fd(fd) => (None, unsafe { Listener::from_raw_fd(*fd) }),
     };
+    sandbox.confine(&cfg.shared_dir)?;
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon =
         VhostUserDaemon::new("vhostfs".into(), backend, mem).map_err(|e| e.to_string())?;

@@ -10,5 +10,6 @@ pub mod inode_table;
 pub mod logger;
 pub mod passthrough;
 pub mod pid_file;
+pub mod sandbox;
 pub mod vhost_device;
 pub mod worker_pool;

@@ -20,7 +20,8 @@ pub struct PidFile {
 }
 
 impl PidFile {
-    /// Creates (or reuses a stale) `<socket_path>.pid`, locks it and writes our pid into it.
+    /// Creates (or reuses a stale) `<socket_path>.pid`, locks it and writes our pid into it
+    /// (the sandbox supervisor's in `--sandbox=namespace`: the pid the host sees and signals).
     ///
     /// Fails with [`io::ErrorKind::AlreadyExists`] and the message
     /// `another instance is running (pid N, <path>)` when another open file description
@@ -66,7 +67,7 @@ impl PidFile {
             }
             file.set_len(0)?;
             file.rewind()?;
-            file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
+            file.write_all(format!("{}\n", crate::sandbox::supervisor_pid()).as_bytes())?;
             return Ok(PidFile { path, file });
         }
     }

@@ -1,0 +1,118 @@
+//! `--sandbox`: what the serving process can see of the host in each mode, the supervisor of
+//! the namespace mode (pid file, signal forwarding, exit status), and the one-line failure when
+//! the namespace sandbox cannot be set up.
+
+mod common;
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::Duration;
+
+use common::fuse_abi::*;
+use common::{Session, TempDir};
+
+/// The namespace (`pid`, `mnt`, `net`) `pid` is in.
+fn ns(pid: u32, kind: &str) -> String {
+    fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+/// Names in the root directory of process `pid`, sorted.
+fn root_listing(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(format!("/proc/{pid}/root"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn namespace_is_the_default_and_sees_only_the_share() {
+    let s = Session::start(&[]);
+    fs::write(s.shared.join("only-this"), b"x").unwrap();
+    let served = s.daemon.served_pid().unwrap();
+    assert_ne!(served, s.daemon.pid(), "no supervisor/child split");
+    let me = std::process::id();
+    for kind in ["pid", "mnt", "net"] {
+        assert_ne!(ns(served, kind), ns(me, kind), "{kind} namespace not new");
+    }
+    assert_eq!(root_listing(served), ["only-this"]);
+    // One mount only: the share as "/" (the host's /proc, /dev, /sys are gone).
+    let mounts = fs::read_to_string(format!("/proc/{served}/mountinfo")).unwrap();
+    assert_eq!(mounts.lines().count(), 1, "{mounts}");
+    assert!(mounts.split_whitespace().nth(4) == Some("/"), "{mounts}");
+    // The guest still gets served.
+    let e = s.client.lookup(FUSE_ROOT_ID, "only-this").unwrap();
+    assert_eq!(e.attr.size, 1);
+}
+
+#[test]
+fn namespace_pid_file_names_the_supervisor_which_forwards_sigterm() {
+    let mut s = Session::start(&[]);
+    let pid_file = fs::read_to_string(s.sock_dir.join("vfs.sock.pid")).unwrap();
+    assert_eq!(pid_file.trim(), s.daemon.pid().to_string());
+    let served = s.daemon.served_pid().unwrap();
+    // SAFETY: plain kill of the daemon we spawned.
+    assert_eq!(
+        unsafe { libc::kill(s.daemon.pid() as i32, libc::SIGTERM) },
+        0
+    );
+    let status = s.daemon.wait_exit(Duration::from_secs(10)).unwrap();
+    let status = status.expect("the supervisor did not exit on SIGTERM");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{served}")).exists(),
+        "the serving child outlived its supervisor"
+    );
+}
+
+#[test]
+fn chroot_sees_only_the_share_without_namespaces() {
+    let s = Session::start(&["--sandbox=chroot"]);
+    fs::write(s.shared.join("only-this"), b"x").unwrap();
+    let pid = s.daemon.pid();
+    assert_eq!(s.daemon.served_pid().unwrap(), pid);
+    assert_eq!(root_listing(pid), ["only-this"]);
+    assert_eq!(ns(pid, "mnt"), ns(std::process::id(), "mnt"));
+    s.client.lookup(FUSE_ROOT_ID, "only-this").unwrap();
+}
+
+#[test]
+fn none_keeps_the_host_root() {
+    let s = Session::start(&["--sandbox=none"]);
+    let pid = s.daemon.pid();
+    assert_eq!(s.daemon.served_pid().unwrap(), pid);
+    assert_eq!(root_listing(pid), root_listing(std::process::id()));
+}
+
+/// Without the privileges for namespaces (here: an unprivileged uid) the default fails with one
+/// line that names the fixes; it never runs unconfined.
+#[test]
+fn namespace_failure_is_one_line_naming_the_fix() {
+    let shared = TempDir::new("sandbox-fail-shared").unwrap();
+    let sock_dir = TempDir::new("sandbox-fail-sock").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vhostfs"))
+        .arg(format!("--socket-path={}", sock_dir.join("s").display()))
+        .arg(format!("--shared-dir={}", shared.path().display()))
+        .arg("--log-level=error")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("vhostfs: error: cannot set up the namespace sandbox"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("--sandbox=chroot or --sandbox=none"),
+        "{stderr}"
+    );
+    assert!(!sock_dir.join("s").exists(), "the socket was created");
+}
