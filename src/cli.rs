@@ -18,6 +18,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::sandbox::SandboxMode;
+use crate::seccomp::SeccompMode;
 
 /// Maximum length in bytes of `--tag` (the size of the tag field of the virtio-fs config space).
 pub const MAX_TAG_LEN: usize = 36;
@@ -170,6 +171,8 @@ pub struct Config {
     pub syslog: bool,
     /// `--sandbox`, `-o sandbox=` (default `namespace`).
     pub sandbox: SandboxMode,
+    /// `--seccomp` (default `kill`).
+    pub seccomp: SeccompMode,
     /// `--tag`: the tag advertised in the device config space (at most [`MAX_TAG_LEN`] bytes).
     pub tag: Option<String>,
     /// Warnings about deprecated spellings that were used (`-o`, `-d`, `-f`, `--socket`,
@@ -314,8 +317,7 @@ struct Opt {
     readonly: bool,
 
     /// Action to take when seccomp finds a not allowed syscall (none, kill, log, trap)
-    /// [only "none" is supported yet]
-    #[arg(long, default_value = "none", value_parser = one_of(SECCOMP, false))]
+    #[arg(long, default_value = "kill", value_parser = one_of(SECCOMP, false))]
     seccomp: String,
 
     /// Tell the guest which directories are mount points [default]
@@ -582,7 +584,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
     check(opt.socket_group.is_some(), "--socket-group");
     check(eff.posix_acl.value != "never", &eff.posix_acl.spelling);
     check(eff.xattrmap.value, &eff.xattrmap.spelling);
-    check(opt.seccomp != "none", &format!("--seccomp={}", opt.seccomp));
     check(opt.allow_mmap, "--allow-mmap");
     check(!eff.readdirplus.value, &eff.readdirplus.spelling);
     check(eff.writeback.value, &eff.writeback.spelling);
@@ -753,6 +754,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         },
         syslog: opt.syslog,
         sandbox: eff.sandbox.value.parse().map_err(CliError::new)?,
+        seccomp: opt.seccomp.parse().map_err(CliError::new)?,
         tag: opt.tag,
         deprecations,
     }))

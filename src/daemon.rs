@@ -138,7 +138,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // SAFETY: the command line checked that the fd is an open socket; we take it over.
         SocketSource::Fd(fd) => (None, unsafe { Listener::from_raw_fd(*fd) }),
     };
-    sandbox.confine(&cfg.shared_dir)?;
+    sandbox.confine(&cfg)?;
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon =
         VhostUserDaemon::new("vhostfs".into(), backend, mem).map_err(|e| e.to_string())?;

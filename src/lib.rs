@@ -11,5 +11,6 @@ pub mod logger;
 pub mod passthrough;
 pub mod pid_file;
 pub mod sandbox;
+pub mod seccomp;
 pub mod vhost_device;
 pub mod worker_pool;

@@ -39,6 +39,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
+use crate::cli::Config;
+
 /// Which sandbox to set up (`--sandbox`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SandboxMode {
@@ -124,8 +126,14 @@ impl Sandbox {
         Ok(Sandbox { mode })
     }
 
-    /// Step 2 (see the module doc): make `shared_dir` the root of this process.
-    pub fn confine(&self, shared_dir: &Path) -> Result<(), String> {
+    /// Step 2 (see the module doc): make the shared dir the root of this process, then install
+    /// the seccomp filter (last: it no longer allows the set-up syscalls).
+    pub fn confine(&self, cfg: &Config) -> Result<(), String> {
+        self.enter_root(&cfg.shared_dir)?;
+        crate::seccomp::install(cfg.seccomp)
+    }
+
+    fn enter_root(&self, shared_dir: &Path) -> Result<(), String> {
         let fail = |e: io::Error| {
             format!(
                 "cannot confine the daemon to {} ({e}); pass --sandbox=none to run \

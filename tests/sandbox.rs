@@ -89,6 +89,33 @@ fn none_keeps_the_host_root() {
     assert_eq!(root_listing(pid), root_listing(std::process::id()));
 }
 
+/// The `Seccomp:` mode of process `pid` (0 none, 2 filter).
+fn seccomp_mode(pid: u32) -> String {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn seccomp_filter_is_on_by_default_on_every_thread() {
+    let s = Session::start(&["--thread-pool-size=2"]);
+    let served = s.daemon.served_pid().unwrap();
+    let tasks: Vec<u32> = fs::read_dir(format!("/proc/{served}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap())
+        .collect();
+    assert!(tasks.len() > 2, "{tasks:?}");
+    for tid in tasks {
+        assert_eq!(seccomp_mode(tid), "2", "thread {tid} unfiltered");
+    }
+    let s = Session::start(&["--seccomp=none"]);
+    assert_eq!(seccomp_mode(s.daemon.served_pid().unwrap()), "0");
+}
+
 /// Without the privileges for namespaces (here: an unprivileged uid) the default fails with one
 /// line that names the fixes; it never runs unconfined.
 #[test]
