@@ -17,6 +17,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::capabilities::ModCaps;
+use crate::landlock::LandlockMode;
 use crate::sandbox::SandboxMode;
 use crate::seccomp::SeccompMode;
 
@@ -173,6 +175,10 @@ pub struct Config {
     pub sandbox: SandboxMode,
     /// `--seccomp` (default `kill`).
     pub seccomp: SeccompMode,
+    /// `--modcaps`, `-o modcaps=` (default: no change to the kept set).
+    pub modcaps: ModCaps,
+    /// `--landlock` (default `auto`).
+    pub landlock: LandlockMode,
     /// `--tag`: the tag advertised in the device config space (at most [`MAX_TAG_LEN`] bytes).
     pub tag: Option<String>,
     /// Warnings about deprecated spellings that were used (`-o`, `-d`, `-f`, `--socket`,
@@ -234,6 +240,14 @@ fn one_of(
             Err(format!("expected one of: {}", allowed.join(", ")))
         }
     }
+}
+
+fn parse_modcaps(s: &str) -> Result<ModCaps, String> {
+    s.parse()
+}
+
+fn parse_landlock(s: &str) -> Result<LandlockMode, String> {
+    s.parse()
 }
 
 fn parse_cache(s: &str) -> Result<CacheMode, String> {
@@ -358,9 +372,13 @@ struct Opt {
     #[arg(long = "print-capabilities")]
     print_capabilities: bool,
 
-    /// Modify the list of capabilities, e.g., --modcaps=+sys_admin:-chown [not supported yet]
-    #[arg(long)]
-    modcaps: Option<String>,
+    /// Modify the list of capabilities, e.g., --modcaps=+sys_admin:-chown
+    #[arg(long, value_parser = parse_modcaps)]
+    modcaps: Option<ModCaps>,
+
+    /// Restrict filesystem access to the shared directory with Landlock (auto, on, off)
+    #[arg(long, default_value = "auto", value_parser = parse_landlock)]
+    landlock: LandlockMode,
 
     /// Log level (error, warn, info, debug, trace, off)
     #[arg(long = "log-level", default_value = "info", value_parser = parse_log_level)]
@@ -478,7 +496,7 @@ struct Effective {
     security_label: Tracked<String>,
     sandbox: Tracked<String>,
     xattrmap: Tracked<bool>,
-    modcaps: Tracked<bool>,
+    modcaps: Option<ModCaps>,
 }
 
 impl Effective {
@@ -499,7 +517,7 @@ impl Effective {
             security_label: valued(&opt.security_label, "security-label"),
             sandbox: valued(&opt.sandbox, "sandbox"),
             xattrmap: flag(opt.xattrmap.is_some(), "xattrmap"),
-            modcaps: flag(opt.modcaps.is_some(), "modcaps"),
+            modcaps: opt.modcaps.clone(),
         }
     }
 
@@ -535,7 +553,13 @@ impl Effective {
                 }
                 "sandbox" => return Err(invalid_value(key, value)),
                 "xattrmap" => self.xattrmap.set(true, &spelling),
-                "modcaps" => self.modcaps.set(true, &spelling),
+                "modcaps" => {
+                    self.modcaps = Some(value.parse().map_err(|e| {
+                        CliError::new(format!(
+                            "invalid compat value '{value}' for '-o modcaps': {e}"
+                        ))
+                    })?)
+                }
                 _ => return Err(invalid_compat_argument(item)),
             }
             return Ok(());
@@ -588,7 +612,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
     check(!eff.readdirplus.value, &eff.readdirplus.spelling);
     check(eff.writeback.value, &eff.writeback.spelling);
     check(eff.allow_direct_io.value, &eff.allow_direct_io.spelling);
-    check(eff.modcaps.value, &eff.modcaps.spelling);
     check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
     check(
         eff.security_label.value != "never",
@@ -755,6 +778,8 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         syslog: opt.syslog,
         sandbox: eff.sandbox.value.parse().map_err(CliError::new)?,
         seccomp: opt.seccomp.parse().map_err(CliError::new)?,
+        modcaps: eff.modcaps.unwrap_or_default(),
+        landlock: opt.landlock,
         tag: opt.tag,
         deprecations,
     }))

@@ -101,7 +101,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if nofile < 2 * crate::fd_budget::DAEMON_RESERVE as u64 {
         log::warn!("the open-file limit is {nofile}: the guest can hold only {budget} open files");
     }
-    let sandbox = Sandbox::enter(cfg.sandbox)?;
+    let sandbox = Sandbox::enter(&cfg)?;
     let fs_cfg = FsConfig {
         shared_dir: cfg.shared_dir.clone(),
         inode_file_handles: cfg.inode_file_handles,
@@ -124,10 +124,6 @@ pub fn run(cfg: Config) -> Result<(), String> {
             "O_PATH fd"
         }
     );
-    let server = Arc::new(FuseServer::new(fs, ServerOptions::default()));
-    let backend = VhostFsBackend::new(server, cfg.tag.as_deref(), cfg.thread_pool_size)
-        .map_err(|e| e.to_string())?;
-
     let (_pid_file, mut listener) = match &cfg.socket {
         SocketSource::Path(path) => {
             let pid = PidFile::create(path).map_err(|e| e.to_string())?;
@@ -138,7 +134,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // SAFETY: the command line checked that the fd is an open socket; we take it over.
         SocketSource::Fd(fd) => (None, unsafe { Listener::from_raw_fd(*fd) }),
     };
-    sandbox.confine(&cfg)?;
+    sandbox.confine(&cfg, fs.uses_file_handles())?;
+    let server = Arc::new(FuseServer::new(fs, ServerOptions::default()));
+    let backend = VhostFsBackend::new(server, cfg.tag.as_deref(), cfg.thread_pool_size)
+        .map_err(|e| e.to_string())?;
+
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon =
         VhostUserDaemon::new("vhostfs".into(), backend, mem).map_err(|e| e.to_string())?;

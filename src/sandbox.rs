@@ -39,7 +39,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
+use crate::capabilities;
 use crate::cli::Config;
+use crate::landlock::Landlock;
+use crate::seccomp;
 
 /// Which sandbox to set up (`--sandbox`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +117,11 @@ fn cstring(path: &Path) -> io::Result<CString> {
 impl Sandbox {
     /// Step 1 (see the module doc). In `namespace` mode the calling process turns into the
     /// supervisor and never returns; the child returns. Must be called while single-threaded.
-    pub fn enter(mode: SandboxMode) -> Result<Sandbox, String> {
+    /// Checks first that the capabilities the options need are there
+    /// ([`capabilities::check_available`]).
+    pub fn enter(cfg: &Config) -> Result<Sandbox, String> {
+        capabilities::check_available(&cfg.modcaps, cfg.inode_file_handles)?;
+        let mode = cfg.sandbox;
         if mode == SandboxMode::Namespace {
             enter_namespaces().map_err(|e| {
                 format!(
@@ -126,11 +133,25 @@ impl Sandbox {
         Ok(Sandbox { mode })
     }
 
-    /// Step 2 (see the module doc): make the shared dir the root of this process, then install
-    /// the seccomp filter (last: it no longer allows the set-up syscalls).
-    pub fn confine(&self, cfg: &Config) -> Result<(), String> {
+    /// Step 2 (see the module doc), in this order: make the shared dir the root of this
+    /// process, restrict filesystem access with Landlock, drop capabilities (the kept set
+    /// includes CAP_DAC_READ_SEARCH when `file_handles`), install the seccomp filter (last: it
+    /// no longer allows the set-up syscalls). Must be called while single-threaded: Landlock
+    /// domains and capabilities are per thread.
+    pub fn confine(&self, cfg: &Config, file_handles: bool) -> Result<(), String> {
+        let landlock = Landlock::prepare(cfg.landlock, &cfg.shared_dir)?;
         self.enter_root(&cfg.shared_dir)?;
-        crate::seccomp::install(cfg.seccomp)
+        landlock.enforce()?;
+        let kept = capabilities::drop_to(&capabilities::wanted(file_handles, &cfg.modcaps))?;
+        let mut names: Vec<String> = kept.iter().map(|c| c.to_string()).collect();
+        names.sort();
+        log::info!(
+            "sandbox {}, seccomp {:?}, capabilities kept: {}",
+            self.mode.as_str(),
+            cfg.seccomp,
+            names.join(" ")
+        );
+        seccomp::install(cfg.seccomp)
     }
 
     fn enter_root(&self, shared_dir: &Path) -> Result<(), String> {

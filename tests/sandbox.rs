@@ -143,3 +143,97 @@ fn namespace_failure_is_one_line_naming_the_fix() {
     );
     assert!(!sock_dir.join("s").exists(), "the socket was created");
 }
+
+/// `CapEff` of thread `tid` as a bit mask.
+fn effective_caps(tid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{tid}/status")).unwrap();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    u64::from_str_radix(hex, 16).unwrap()
+}
+
+fn mask(caps: &[caps::Capability]) -> u64 {
+    caps.iter().fold(0, |m, c| m | c.bitmask())
+}
+
+#[test]
+fn capabilities_are_dropped_on_every_thread() {
+    use caps::Capability::*;
+    let base = [
+        CAP_CHOWN,
+        CAP_DAC_OVERRIDE,
+        CAP_FOWNER,
+        CAP_FSETID,
+        CAP_SETGID,
+        CAP_SETUID,
+        CAP_MKNOD,
+        CAP_SETFCAP,
+    ];
+    let with_handles = [&base[..], &[CAP_DAC_READ_SEARCH]].concat();
+    for (args, want) in [
+        (&["--thread-pool-size=2"][..], mask(&with_handles)),
+        (&["--inode-file-handles=never"], mask(&base)),
+        (
+            &["--modcaps=-mknod:+sys_ptrace", "--inode-file-handles=never"],
+            mask(&base) & !mask(&[CAP_MKNOD]) | mask(&[CAP_SYS_PTRACE]),
+        ),
+        (&["--sandbox=chroot"], mask(&with_handles)),
+    ] {
+        let s = Session::start(args);
+        let served = s.daemon.served_pid().unwrap();
+        for e in fs::read_dir(format!("/proc/{served}/task")).unwrap() {
+            let tid: u32 = e.unwrap().file_name().to_string_lossy().parse().unwrap();
+            assert_eq!(effective_caps(tid), want, "{args:?}: thread {tid}");
+        }
+    }
+}
+
+/// `CAP_DAC_READ_SEARCH` (linux/capability.h).
+const CAP_DAC_READ_SEARCH: libc::c_ulong = 2;
+
+/// vhostfs started with CAP_DAC_READ_SEARCH gone from its bounding set (so root's exec does
+/// not get it), with `args`; returns its stderr.
+fn run_without_dac_read_search(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let shared = TempDir::new("caps-shared").unwrap();
+    let sock_dir = TempDir::new("caps-sock").unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vhostfs"));
+    cmd.arg(format!("--socket-path={}", sock_dir.join("s").display()))
+        .arg(format!("--shared-dir={}", shared.path().display()))
+        .arg("--log-level=error")
+        .args(args);
+    // SAFETY: the closure only makes the prctl syscall (no allocation, no locks).
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_CAPBSET_DROP, CAP_DAC_READ_SEARCH, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn mandatory_file_handles_without_the_capability_is_one_clear_line() {
+    let (status, stderr) = run_without_dac_read_search(&["--inode-file-handles=mandatory"]);
+    assert!(!status.success());
+    assert_eq!(
+        stderr,
+        "vhostfs: error: --inode-file-handles=mandatory needs CAP_DAC_READ_SEARCH, which the \
+         process does not have: grant it, or pass --inode-file-handles=never\n"
+    );
+    let (status, stderr) = run_without_dac_read_search(&["--modcaps=+dac_read_search"]);
+    assert!(!status.success());
+    assert_eq!(
+        stderr,
+        "vhostfs: error: --modcaps: the process does not have CAP_DAC_READ_SEARCH to keep \
+         (run as root or grant it)\n"
+    );
+}

@@ -55,6 +55,8 @@ fn defaults_match_virtiofsd() {
             syslog: false,
             sandbox: SandboxMode::Namespace,
             seccomp: SeccompMode::Kill,
+            modcaps: ModCaps::default(),
+            landlock: LandlockMode::Auto,
             tag: None,
             deprecations: vec![],
         }
@@ -71,6 +73,28 @@ fn seccomp_modes() {
     ] {
         assert_eq!(run(&[&format!("--seccomp={value}")]).seccomp, mode);
     }
+}
+
+#[test]
+fn modcaps_and_landlock() {
+    use caps::Capability::{CAP_CHOWN, CAP_SYS_ADMIN};
+    let c = run(&["--modcaps=+sys_admin:-chown", "--landlock=off"]);
+    assert_eq!(
+        (c.modcaps.add, c.modcaps.remove),
+        (vec![CAP_SYS_ADMIN], vec![CAP_CHOWN])
+    );
+    assert_eq!(c.landlock, LandlockMode::Off);
+    let c = run(&["-o", "modcaps=-chown", "--landlock=on"]);
+    assert_eq!(c.modcaps.remove, [CAP_CHOWN]);
+    assert_eq!(c.landlock, LandlockMode::On);
+    assert_eq!(
+        fail(&["--modcaps=chown"]),
+        "invalid value 'chown' for '--modcaps <MODCAPS>': invalid modcaps item 'chown': expected +NAME or -NAME"
+    );
+    assert_eq!(
+        fail(&["-o", "modcaps=+flying"]),
+        "invalid compat value '+flying' for '-o modcaps': unknown capability 'flying'"
+    );
 }
 
 #[test]
@@ -237,8 +261,7 @@ fn compat_o_forms() {
 #[test]
 fn unsupported_options_are_rejected() {
     for (args, expected) in [
-        (&["--modcaps=+sys_admin:-chown"][..], "--modcaps"),
-        (&["--posix-acl"], "--posix-acl=always"),
+        (&["--posix-acl"][..], "--posix-acl=always"),
         (&["--posix-acl=auto"], "--posix-acl=auto"),
         (&["--security-label"], "--security-label=always"),
         (&["--allow-direct-io"], "--allow-direct-io"),
@@ -274,7 +297,6 @@ fn unsupported_options_are_rejected() {
             &["-o", "xattrmap=:map::user.virtiofs.:"],
             "-o xattrmap=:map::user.virtiofs.:",
         ),
-        (&["-o", "modcaps=+sys_admin"], "-o modcaps=+sys_admin"),
         (
             &["--posix-acl", "-o", "no_posix_acl,posix_acl"],
             "-o posix_acl",
