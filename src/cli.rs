@@ -17,6 +17,11 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::capabilities::ModCaps;
+use crate::landlock::LandlockMode;
+use crate::sandbox::SandboxMode;
+use crate::seccomp::SeccompMode;
+
 /// Maximum length in bytes of `--tag` (the size of the tag field of the virtio-fs config space).
 pub const MAX_TAG_LEN: usize = 36;
 
@@ -171,6 +176,14 @@ pub struct Config {
     pub log_level: log::LevelFilter,
     /// `--syslog`: log to syslog instead of stderr.
     pub syslog: bool,
+    /// `--sandbox`, `-o sandbox=` (default `namespace`).
+    pub sandbox: SandboxMode,
+    /// `--seccomp` (default `kill`).
+    pub seccomp: SeccompMode,
+    /// `--modcaps`, `-o modcaps=` (default: no change to the kept set).
+    pub modcaps: ModCaps,
+    /// `--landlock` (default `auto`).
+    pub landlock: LandlockMode,
     /// `--tag`: the tag advertised in the device config space (at most [`MAX_TAG_LEN`] bytes).
     pub tag: Option<String>,
     /// Warnings about deprecated spellings that were used (`-o`, `-d`, `-f`, `--socket`,
@@ -238,6 +251,14 @@ fn one_of(
             Err(format!("expected one of: {}", allowed.join(", ")))
         }
     }
+}
+
+fn parse_modcaps(s: &str) -> Result<ModCaps, String> {
+    s.parse()
+}
+
+fn parse_landlock(s: &str) -> Result<LandlockMode, String> {
+    s.parse()
 }
 
 fn parse_cache(s: &str) -> Result<CacheMode, String> {
@@ -314,8 +335,7 @@ struct Opt {
     xattrmap: Option<String>,
 
     /// Sandbox mechanism to isolate the daemon process (namespace, chroot, none)
-    /// [only "none" is supported yet]
-    #[arg(long, default_value = "none", value_parser = one_of(SANDBOX, true))]
+    #[arg(long, default_value = "namespace", value_parser = one_of(SANDBOX, true))]
     sandbox: String,
 
     /// Prevent the guest from making modifications to the filesystem
@@ -323,8 +343,7 @@ struct Opt {
     readonly: bool,
 
     /// Action to take when seccomp finds a not allowed syscall (none, kill, log, trap)
-    /// [only "none" is supported yet]
-    #[arg(long, default_value = "none", value_parser = one_of(SECCOMP, false))]
+    #[arg(long, default_value = "kill", value_parser = one_of(SECCOMP, false))]
     seccomp: String,
 
     /// Tell the guest which directories are mount points [default]
@@ -365,9 +384,13 @@ struct Opt {
     #[arg(long = "print-capabilities")]
     print_capabilities: bool,
 
-    /// Modify the list of capabilities, e.g., --modcaps=+sys_admin:-chown [not supported yet]
-    #[arg(long)]
-    modcaps: Option<String>,
+    /// Modify the list of capabilities, e.g., --modcaps=+sys_admin:-chown
+    #[arg(long, value_parser = parse_modcaps)]
+    modcaps: Option<ModCaps>,
+
+    /// Restrict filesystem access to the shared directory with Landlock (auto, on, off)
+    #[arg(long, default_value = "auto", value_parser = parse_landlock)]
+    landlock: LandlockMode,
 
     /// Log level (error, warn, info, debug, trace, off)
     #[arg(long = "log-level", default_value = "info", value_parser = parse_log_level)]
@@ -485,7 +508,7 @@ struct Effective {
     security_label: Tracked<String>,
     sandbox: Tracked<String>,
     xattrmap: Tracked<bool>,
-    modcaps: Tracked<bool>,
+    modcaps: Option<ModCaps>,
 }
 
 impl Effective {
@@ -506,7 +529,7 @@ impl Effective {
             security_label: valued(&opt.security_label, "security-label"),
             sandbox: valued(&opt.sandbox, "sandbox"),
             xattrmap: flag(opt.xattrmap.is_some(), "xattrmap"),
-            modcaps: flag(opt.modcaps.is_some(), "modcaps"),
+            modcaps: opt.modcaps.clone(),
         }
     }
 
@@ -542,7 +565,13 @@ impl Effective {
                 }
                 "sandbox" => return Err(invalid_value(key, value)),
                 "xattrmap" => self.xattrmap.set(true, &spelling),
-                "modcaps" => self.modcaps.set(true, &spelling),
+                "modcaps" => {
+                    self.modcaps = Some(value.parse().map_err(|e| {
+                        CliError::new(format!(
+                            "invalid compat value '{value}' for '-o modcaps': {e}"
+                        ))
+                    })?)
+                }
                 _ => return Err(invalid_compat_argument(item)),
             }
             return Ok(());
@@ -591,13 +620,10 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
     check(opt.socket_group.is_some(), "--socket-group");
     check(eff.posix_acl.value != "never", &eff.posix_acl.spelling);
     check(eff.xattrmap.value, &eff.xattrmap.spelling);
-    check(eff.sandbox.value != "none", &eff.sandbox.spelling);
-    check(opt.seccomp != "none", &format!("--seccomp={}", opt.seccomp));
     check(opt.allow_mmap, "--allow-mmap");
     check(!eff.readdirplus.value, &eff.readdirplus.spelling);
     check(eff.writeback.value, &eff.writeback.spelling);
     check(eff.allow_direct_io.value, &eff.allow_direct_io.spelling);
-    check(eff.modcaps.value, &eff.modcaps.spelling);
     check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
     check(
         eff.security_label.value != "never",
@@ -765,6 +791,10 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
             eff.log_level
         },
         syslog: opt.syslog,
+        sandbox: eff.sandbox.value.parse().map_err(CliError::new)?,
+        seccomp: opt.seccomp.parse().map_err(CliError::new)?,
+        modcaps: eff.modcaps.unwrap_or_default(),
+        landlock: opt.landlock,
         tag: opt.tag,
         deprecations,
     }))

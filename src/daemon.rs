@@ -8,6 +8,7 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -20,6 +21,7 @@ use crate::fd_budget::FdBudget;
 use crate::fuse_server::{FuseServer, ServerOptions};
 use crate::passthrough::{FsConfig, PassthroughFs};
 use crate::pid_file::PidFile;
+use crate::sandbox::{Sandbox, SandboxMode};
 use crate::shutdown;
 use crate::systemd::{self, Notifier};
 use crate::vhost_device::VhostFsBackend;
@@ -185,7 +187,12 @@ fn open_listener(
     match (socket, activation) {
         (SocketSource::Path(path), _) => {
             check_socket_path(path)?;
-            Listener::new(path, true).map_err(|e| format!("socket {}: {e}", path.display()))
+            // Bound here rather than by `Listener::new`, whose listener unlinks its path when
+            // dropped: inside the sandbox that path would name a file of the share.
+            let _ = fs::remove_file(path);
+            let l =
+                UnixListener::bind(path).map_err(|e| format!("socket {}: {e}", path.display()))?;
+            Ok(Listener::from(l))
         }
         (SocketSource::Fd(fd), _) => {
             check_listening(*fd, &format!("--fd {fd}"))?;
@@ -217,11 +224,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
         SocketSource::Activation => systemd::take_activation_socket()?,
         _ => None,
     };
+    // Connected now: the notify socket's path may not resolve once the sandbox is entered.
     let notifier = Notifier::from_env()?;
-    // Before anything that might start a thread: every later thread inherits the blocked mask.
     let owned = Arc::new(Mutex::new(Owned::default()));
-    install_termination_handler(notifier.clone(), Arc::clone(&owned))
-        .map_err(|e| format!("signal handling: {e}"))?;
     // Declared before the listener, so dropped after it, on every way out of this function.
     let _release = ReleaseOnDrop(Arc::clone(&owned));
     // New files get exactly the mode the guest asked for (its kernel applied its umask).
@@ -230,10 +235,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     check_shared_dir(&cfg)?;
     // One instance per socket path, checked before anything is set up or logged, so that a
     // second instance fails with that one error line.
-    let pid_file = match &cfg.socket {
-        SocketSource::Path(path) => Some(PidFile::create(path).map_err(|e| e.to_string())?),
-        SocketSource::Fd(_) | SocketSource::Activation => None,
-    };
+    // Removed again (through `owned`) on every way out, until the sandbox takes over.
+    if let SocketSource::Path(path) = &cfg.socket {
+        lock(&owned).pid_file = Some(PidFile::create(path).map_err(|e| e.to_string())?);
+    }
     let nofile =
         set_rlimit_nofile(cfg.rlimit_nofile).map_err(|e| format!("--rlimit-nofile: {e}"))?;
     let budget = FdBudget::from_rlimit(nofile).limit();
@@ -248,6 +253,17 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if nofile < 2 * crate::fd_budget::DAEMON_RESERVE as u64 {
         log::warn!("the open-file limit is {nofile}: the guest can hold only {budget} open files");
     }
+    // The socket is checked and bound on the host, before the sandbox: in its own network
+    // namespace /proc/net/unix would not show a live listener.
+    let mut listener = open_listener(&cfg.socket, activation)?;
+    if let SocketSource::Path(p) = &cfg.socket {
+        lock(&owned).socket = Some(p.clone());
+    }
+    let created: Vec<PathBuf> = match &cfg.socket {
+        SocketSource::Path(p) => vec![p.clone(), PidFile::path_for(p)],
+        SocketSource::Fd(_) | SocketSource::Activation => Vec::new(),
+    };
+    let sandbox = Sandbox::enter(&cfg, created)?;
     let fs_cfg = FsConfig {
         shared_dir: cfg.shared_dir.clone(),
         inode_file_handles: cfg.inode_file_handles,
@@ -270,18 +286,25 @@ pub fn run(cfg: Config) -> Result<(), String> {
             "O_PATH fd"
         }
     );
+    if cfg.sandbox != SandboxMode::None {
+        // From `confine` on, host paths resolve inside the share: nothing may be removed by
+        // path any more. In `namespace` mode the supervisor removes the socket and pid file
+        // when the daemon exits; in `chroot` mode they stay behind, and are reused (stale) by
+        // the next start. The pid file's lock stays held until the process exits.
+        let mut disarmed = std::mem::take(&mut *lock(&owned));
+        disarmed.socket = None;
+        std::mem::forget(disarmed.pid_file.take());
+    }
+    sandbox.confine(&cfg, fs.uses_file_handles())?;
+    // Signals are handled by a thread of their own, started after `confine` (threads started
+    // before would keep the capabilities and miss Landlock) and before any other thread, which
+    // all inherit the blocked signal mask.
+    install_termination_handler(notifier.clone(), Arc::clone(&owned))
+        .map_err(|e| format!("signal handling: {e}"))?;
     let server = Arc::new(FuseServer::new(fs, ServerOptions::default()));
     let backend = VhostFsBackend::new(server.clone(), cfg.tag.as_deref(), cfg.thread_pool_size)
         .map_err(|e| e.to_string())?;
 
-    let mut listener = open_listener(&cfg.socket, activation)?;
-    {
-        let mut owned = lock(&owned);
-        owned.pid_file = pid_file;
-        if let SocketSource::Path(p) = &cfg.socket {
-            owned.socket = Some(p.clone());
-        }
-    }
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon =
         VhostUserDaemon::new("vhostfs".into(), backend, mem).map_err(|e| e.to_string())?;
@@ -323,7 +346,15 @@ struct Owned {
     pid_file: Option<PidFile>,
 }
 
-/// Releases the [`Owned`] pid file when `run` returns (the signal thread keeps the `Arc`).
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if let Some(path) = &self.socket {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// Releases what is [`Owned`] when `run` returns (the signal thread keeps the `Arc`).
 struct ReleaseOnDrop(Arc<Mutex<Owned>>);
 
 impl Drop for ReleaseOnDrop {
@@ -347,11 +378,7 @@ fn install_termination_handler(
         if let Some(n) = &notifier {
             n.send("STOPPING=1");
         }
-        let mut owned = lock(&owned);
-        if let Some(path) = &owned.socket {
-            let _ = fs::remove_file(path);
-        }
-        drop(owned.pid_file.take());
+        drop(std::mem::take(&mut *lock(&owned)));
         std::process::exit(0);
     })
 }

@@ -20,15 +20,14 @@ pub struct PidFile {
 }
 
 impl PidFile {
-    /// Creates (or reuses a stale) `<socket_path>.pid`, locks it and writes our pid into it.
+    /// Creates (or reuses a stale) `<socket_path>.pid`, locks it and writes our pid into it
+    /// (the sandbox supervisor's in `--sandbox=namespace`: the pid the host sees and signals).
     ///
     /// Fails with [`io::ErrorKind::AlreadyExists`] and the message
     /// `another instance is running (pid N, <path>)` when another open file description
     /// (another process, or another `PidFile` of this one) holds the lock.
     pub fn create(socket_path: &Path) -> io::Result<PidFile> {
-        let mut name = OsString::from(socket_path.as_os_str());
-        name.push(".pid");
-        let path = PathBuf::from(name);
+        let path = PidFile::path_for(socket_path);
         loop {
             let mut file = OpenOptions::new()
                 .read(true)
@@ -66,9 +65,16 @@ impl PidFile {
             }
             file.set_len(0)?;
             file.rewind()?;
-            file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
+            file.write_all(format!("{}\n", crate::sandbox::supervisor_pid()).as_bytes())?;
             return Ok(PidFile { path, file });
         }
+    }
+
+    /// The pid file of `socket_path`: `<socket>.pid`.
+    pub fn path_for(socket_path: &Path) -> PathBuf {
+        let mut name = OsString::from(socket_path.as_os_str());
+        name.push(".pid");
+        PathBuf::from(name)
     }
 
     /// The path of the pid file (`<socket>.pid`).

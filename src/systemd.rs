@@ -74,9 +74,14 @@ pub fn take_activation_socket() -> Result<Option<ActivationSocket>, String> {
 }
 
 /// Where to send `sd_notify` messages: the `NOTIFY_SOCKET` of a `Type=notify` service.
+///
+/// The datagram socket is connected once, at start-up: sending on it later needs no path
+/// lookup, so it keeps working inside the sandbox (another mount and network namespace, a
+/// different root). In `--sandbox=namespace` the messages come from the serving child, not from
+/// the main pid: the unit needs `NotifyAccess=all`.
 #[derive(Clone, Debug)]
 pub struct Notifier {
-    addr: SocketAddr,
+    sock: std::sync::Arc<UnixDatagram>,
 }
 
 impl Notifier {
@@ -98,14 +103,17 @@ impl Notifier {
             }
         }
         .map_err(|e| format!("NOTIFY_SOCKET={value:?}: {e}"))?;
-        Ok(Some(Notifier { addr }))
+        let sock = UnixDatagram::unbound()
+            .and_then(|s| s.connect_addr(&addr).map(|()| s))
+            .map_err(|e| format!("NOTIFY_SOCKET={value:?}: {e}"))?;
+        Ok(Some(Notifier {
+            sock: std::sync::Arc::new(sock),
+        }))
     }
 
     /// Sends one notification (newline-separated `KEY=VALUE` assignments, e.g. `READY=1`).
     pub fn notify(&self, state: &str) -> io::Result<()> {
-        let sock = UnixDatagram::unbound()?;
-        sock.send_to_addr(state.as_bytes(), &self.addr)?;
-        Ok(())
+        self.sock.send(state.as_bytes()).map(drop)
     }
 
     /// [`Notifier::notify`], with a failure logged rather than returned: systemd going away

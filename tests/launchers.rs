@@ -140,6 +140,8 @@ fn libvirt_separate_options() {
             "{dir}",
             "--cache",
             "never",
+            "--sandbox",
+            "chroot",
             "--xattr",
             "--thread-pool-size=4",
             "--rlimit-nofile=4096",
@@ -153,14 +155,6 @@ fn libvirt_legacy_options() {
     serve_with_fd(
         &["--fd={fd}", "-o", "source={dir},cache=always,xattr"],
         xattr_roundtrip,
-    );
-}
-
-#[test]
-fn libvirt_sandbox_chroot_not_supported_yet() {
-    refused_with_fd(
-        &["--fd={fd}", "--shared-dir", "/", "--sandbox", "chroot"],
-        "not supported yet: --sandbox=chroot",
     );
 }
 

@@ -196,11 +196,11 @@ fn unknown_option() {
 }
 
 #[test]
-fn sandbox_namespace_not_supported_yet() {
+fn writeback_not_supported_yet() {
     let d = Dirs::new();
     assert_one_line_error(
-        &d.args(&["--sandbox=namespace"]),
-        &["not supported yet", "--sandbox"],
+        &d.args(&["--writeback"]),
+        &["not supported yet", "--writeback"],
     );
     d.assert_no_socket();
 }

@@ -53,10 +53,64 @@ fn defaults_match_virtiofsd() {
             announce_submounts: true,
             log_level: log::LevelFilter::Info,
             syslog: false,
+            sandbox: SandboxMode::Namespace,
+            seccomp: SeccompMode::Kill,
+            modcaps: ModCaps::default(),
+            landlock: LandlockMode::Auto,
             tag: None,
             deprecations: vec![],
         }
     );
+}
+
+#[test]
+fn seccomp_modes() {
+    for (value, mode) in [
+        ("kill", SeccompMode::Kill),
+        ("log", SeccompMode::Log),
+        ("trap", SeccompMode::Trap),
+        ("none", SeccompMode::None),
+    ] {
+        assert_eq!(run(&[&format!("--seccomp={value}")]).seccomp, mode);
+    }
+}
+
+#[test]
+fn modcaps_and_landlock() {
+    use caps::Capability::{CAP_CHOWN, CAP_SYS_ADMIN};
+    let c = run(&["--modcaps=+sys_admin:-chown", "--landlock=off"]);
+    assert_eq!(
+        (c.modcaps.add, c.modcaps.remove),
+        (vec![CAP_SYS_ADMIN], vec![CAP_CHOWN])
+    );
+    assert_eq!(c.landlock, LandlockMode::Off);
+    let c = run(&["-o", "modcaps=-chown", "--landlock=on"]);
+    assert_eq!(c.modcaps.remove, [CAP_CHOWN]);
+    assert_eq!(c.landlock, LandlockMode::On);
+    assert_eq!(
+        fail(&["--modcaps=chown"]),
+        "invalid value 'chown' for '--modcaps <MODCAPS>': invalid modcaps item 'chown': expected +NAME or -NAME"
+    );
+    assert_eq!(
+        fail(&["-o", "modcaps=+flying"]),
+        "invalid compat value '+flying' for '-o modcaps': unknown capability 'flying'"
+    );
+}
+
+#[test]
+fn sandbox_modes() {
+    for (args, mode) in [
+        (&["--sandbox=namespace"][..], SandboxMode::Namespace),
+        (&["--sandbox", "chroot"], SandboxMode::Chroot),
+        (&["--sandbox=NONE"], SandboxMode::None),
+        (&["-o", "sandbox=chroot"], SandboxMode::Chroot),
+        (
+            &["--sandbox=none", "-o", "sandbox=namespace"],
+            SandboxMode::Namespace,
+        ),
+    ] {
+        assert_eq!(run(args).sandbox, mode, "{args:?}");
+    }
 }
 
 #[test]
@@ -207,11 +261,7 @@ fn compat_o_forms() {
 #[test]
 fn unsupported_options_are_rejected() {
     for (args, expected) in [
-        (&["--sandbox=namespace"][..], "--sandbox=namespace"),
-        (&["--sandbox", "chroot"], "--sandbox=chroot"),
-        (&["--seccomp=kill"], "--seccomp=kill"),
-        (&["--modcaps=+sys_admin:-chown"], "--modcaps"),
-        (&["--posix-acl"], "--posix-acl=always"),
+        (&["--posix-acl"][..], "--posix-acl=always"),
         (&["--posix-acl=auto"], "--posix-acl=auto"),
         (&["--security-label"], "--security-label=always"),
         (&["--allow-direct-io"], "--allow-direct-io"),
@@ -237,7 +287,6 @@ fn unsupported_options_are_rejected() {
         ),
         (&["--migration-confirm-paths"], "--migration-confirm-paths"),
         (&["--socket-group=kvm"], "--socket-group"),
-        (&["-o", "sandbox=chroot"], "-o sandbox=chroot"),
         (&["-o", "writeback"], "-o writeback"),
         (&["-o", "no_readdirplus"], "-o no_readdirplus"),
         (&["-o", "allow_direct_io"], "-o allow_direct_io"),
@@ -248,7 +297,6 @@ fn unsupported_options_are_rejected() {
             &["-o", "xattrmap=:map::user.virtiofs.:"],
             "-o xattrmap=:map::user.virtiofs.:",
         ),
-        (&["-o", "modcaps=+sys_admin"], "-o modcaps=+sys_admin"),
         (
             &["--posix-acl", "-o", "no_posix_acl,posix_acl"],
             "-o posix_acl",

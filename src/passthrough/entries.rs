@@ -150,8 +150,12 @@ impl PassthroughFs {
         sys::statx(fd.as_fd(), c"", flags, mask)
     }
 
-    pub fn setattr(&self, _ctx: &Context, nodeid: u64, attr: &SetattrIn) -> io::Result<Attr> {
+    pub fn setattr(&self, ctx: &Context, nodeid: u64, attr: &SetattrIn) -> io::Result<Attr> {
         self.check_writable()?;
+        // As the caller: the host then checks ownership for chmod/chown/utimes and write
+        // access for truncate (a non-root fsuid has no CAP_FOWNER/CAP_CHOWN/CAP_FSETID), so a
+        // guest user cannot set the setuid bit on, or take, a file it does not own.
+        let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
         let inode = self.inodes.get(nodeid)?;
         let file = if attr.valid & FATTR_FH != 0 {
             Some(self.handles.get(attr.fh)?)

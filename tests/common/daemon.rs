@@ -68,14 +68,25 @@ impl Daemon {
         }
     }
 
-    /// Number of open file descriptors (entries in /proc/PID/fd).
-    pub fn fd_count(&self) -> io::Result<usize> {
-        Ok(fs::read_dir(format!("/proc/{}/fd", self.pid()))?.count())
+    /// The host pid of the process serving requests: under `--sandbox=namespace` the spawned
+    /// process is a supervisor and serving happens in its only child; else the process itself.
+    pub fn served_pid(&self) -> io::Result<u32> {
+        let pid = self.pid();
+        let children = fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))?;
+        match children.split_whitespace().next() {
+            Some(child) => child.parse().map_err(io::Error::other),
+            None => Ok(pid),
+        }
     }
 
-    /// Resident set size (VmRSS of /proc/PID/status) in bytes.
+    /// Number of open file descriptors of the serving process (entries in /proc/PID/fd).
+    pub fn fd_count(&self) -> io::Result<usize> {
+        Ok(fs::read_dir(format!("/proc/{}/fd", self.served_pid()?))?.count())
+    }
+
+    /// Resident set size of the serving process (VmRSS of /proc/PID/status) in bytes.
     pub fn rss_bytes(&self) -> io::Result<u64> {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        let status = fs::read_to_string(format!("/proc/{}/status", self.served_pid()?))?;
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))

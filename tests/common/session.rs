@@ -16,7 +16,8 @@ pub struct Session {
     pub init: InitOut,
     pub daemon: Daemon,
     pub shared: TempDir,
-    _sock_dir: TempDir,
+    /// Holds the socket `vfs.sock` (and its pid file `vfs.sock.pid`).
+    pub sock_dir: TempDir,
 }
 
 impl Session {
@@ -42,7 +43,7 @@ impl Session {
             init,
             daemon,
             shared,
-            _sock_dir: sock_dir,
+            sock_dir,
         }
     }
 }

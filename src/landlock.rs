@@ -1,0 +1,168 @@
+//! `--landlock=auto|on|off`: restrict filesystem access to the shared directory with Landlock.
+//!
+//! Landlock rules are attached to inodes, not paths: the one rule allows every filesystem
+//! access right the kernel knows beneath the shared dir's inode, whichever mount it is reached
+//! through (the original mount held by the passthrough's fds, or the bind mount that
+//! `pivot_root` made the new root). Re-opening an inode through `/proc/self/fd/N` or
+//! `open_by_handle_at` is checked on the file reached, which is beneath the share; `O_PATH`
+//! opens are not restricted by Landlock. So nothing the daemon does is refused, while any open,
+//! create, remove, rename, link, truncate or device ioctl of a file outside the share is, even
+//! if a bug handed the daemon an fd or a file handle of one.
+//!
+//! Invariants:
+//! - The shared dir is opened by [`Landlock::prepare`] before `pivot_root`/`chroot`, and the
+//!   ruleset is enforced by [`Landlock::enforce`] after them, while the process is
+//!   single-threaded (a Landlock domain applies to the calling thread and the threads it
+//!   creates afterwards).
+//! - `auto` uses Landlock when the kernel has it (best effort: the rights the kernel knows)
+//!   and says so in the log either way; `on` fails with one line when the kernel has none;
+//!   `off` does nothing.
+
+use std::path::Path;
+
+use ::landlock::{
+    Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    ABI,
+};
+
+/// `--landlock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LandlockMode {
+    /// Use Landlock when the kernel supports it (default).
+    Auto,
+    /// Require Landlock.
+    On,
+    /// Do not use Landlock.
+    Off,
+}
+
+impl std::str::FromStr for LandlockMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(LandlockMode::Auto),
+            "on" => Ok(LandlockMode::On),
+            "off" => Ok(LandlockMode::Off),
+            _ => Err("expected one of: auto, on, off".into()),
+        }
+    }
+}
+
+/// The newest Landlock ABI this build knows; older kernels get what they support.
+const ABI_WANTED: ABI = ABI::V6;
+
+/// A Landlock restriction to the shared dir, prepared but not yet enforced.
+pub struct Landlock {
+    mode: LandlockMode,
+    share: Option<PathFd>,
+}
+
+impl Landlock {
+    /// Opens `shared_dir` for the rule (`None` rule with `--landlock=off`).
+    pub fn prepare(mode: LandlockMode, shared_dir: &Path) -> Result<Landlock, String> {
+        let share = match mode {
+            LandlockMode::Off => None,
+            _ => Some(
+                PathFd::new(shared_dir)
+                    .map_err(|e| format!("landlock: {}: {e}", shared_dir.display()))?,
+            ),
+        };
+        Ok(Landlock { mode, share })
+    }
+
+    /// Restricts this thread (and threads it creates) to the shared dir; logs the outcome.
+    pub fn enforce(self) -> Result<(), String> {
+        let Some(share) = self.share else {
+            log::info!("landlock: off");
+            return Ok(());
+        };
+        let all = AccessFs::from_all(ABI_WANTED);
+        let status = Ruleset::default()
+            .handle_access(all)
+            .and_then(|r| r.create())
+            .and_then(|r| r.add_rule(PathBeneath::new(share, all)))
+            .and_then(|r| r.restrict_self())
+            .map_err(|e| format!("landlock: {e}"))?;
+        match (status.ruleset, self.mode) {
+            (RulesetStatus::NotEnforced, LandlockMode::On) => Err(
+                "--landlock=on: the kernel does not support Landlock; pass --landlock=auto or \
+                 --landlock=off"
+                    .into(),
+            ),
+            (RulesetStatus::NotEnforced, _) => {
+                log::info!("landlock: not supported by the kernel, not used");
+                Ok(())
+            }
+            (RulesetStatus::PartiallyEnforced, _) => {
+                log::info!("landlock: on (partially: the kernel knows fewer access rights)");
+                Ok(())
+            }
+            (RulesetStatus::FullyEnforced, _) => {
+                log::info!("landlock: on (filesystem access limited to the shared directory)");
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::io;
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let p =
+            std::env::temp_dir().join(format!("vhostfs-landlock-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!("auto".parse(), Ok(LandlockMode::Auto));
+        assert_eq!("on".parse(), Ok(LandlockMode::On));
+        assert_eq!("off".parse(), Ok(LandlockMode::Off));
+        assert!("yes".parse::<LandlockMode>().is_err());
+    }
+
+    /// In a thread of its own (the domain applies to it alone): files beneath the share stay
+    /// usable, files outside cannot be opened or created, even through an fd held before.
+    #[test]
+    fn only_the_share_is_reachable() {
+        let base = temp_dir("base");
+        let share = base.join("share");
+        fs::create_dir(&share).unwrap();
+        fs::write(share.join("in"), b"in").unwrap();
+        fs::write(base.join("out"), b"out").unwrap();
+        let base_dir = fs::File::open(&base).unwrap();
+        let (share2, base2) = (share.clone(), base.clone());
+        std::thread::spawn(move || {
+            Landlock::prepare(LandlockMode::On, &share2)
+                .unwrap()
+                .enforce()
+                .unwrap();
+            assert_eq!(fs::read(share2.join("in")).unwrap(), b"in");
+            fs::write(share2.join("new"), b"x").unwrap();
+            let denied = |r: io::Result<_>| {
+                assert_eq!(r.err().and_then(|e| e.raw_os_error()), Some(libc::EACCES))
+            };
+            denied(fs::read(base2.join("out")).map(drop));
+            denied(fs::write(base2.join("new"), b"x"));
+            // Through the fd of the parent dir opened before: still refused.
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&base_dir);
+            // SAFETY: valid fd and NUL-terminated name.
+            let r = unsafe { libc::openat(fd, c"out".as_ptr(), libc::O_RDONLY) };
+            assert_eq!(r, -1);
+            assert_eq!(
+                io::Error::last_os_error().raw_os_error(),
+                Some(libc::EACCES)
+            );
+        })
+        .join()
+        .unwrap();
+        fs::remove_dir_all(&base).unwrap();
+    }
+}
