@@ -184,11 +184,18 @@ impl VhostFsBackend {
     }
 }
 
-/// Puts a served chain in the used ring and notifies the guest if it wants to be.
+/// Puts a served chain in the used ring and notifies the guest if it wants to be. A request
+/// that completes after the frontend stopped the ring (GET_VRING_BASE: device reset, VM stop)
+/// is dropped: the ring may already be someone else's memory, and the guest gave it up.
 fn complete(vring: &Vring, head: u16, used: u32, event_idx: bool) -> io::Result<()> {
-    vring.add_used(head, used).map_err(io::Error::other)?;
-    if !event_idx || vring.needs_notification().map_err(io::Error::other)? {
-        vring.signal_used_queue()?;
+    let mut state = vring.get_mut();
+    if !state.get_queue().ready() {
+        log::debug!("request completed after its queue was stopped: dropped");
+        return Ok(());
+    }
+    state.add_used(head, used).map_err(io::Error::other)?;
+    if !event_idx || state.needs_notification().map_err(io::Error::other)? {
+        state.signal_used_queue()?;
     }
     Ok(())
 }
