@@ -148,6 +148,30 @@ impl FromStr for CacheMode {
     }
 }
 
+/// How hard to negotiate a FUSE feature with the guest (`--posix-acl=never|auto|always`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Negotiation {
+    /// Do not offer it.
+    Never,
+    /// Use it if the guest offers it, else continue without.
+    Auto,
+    /// Use it; a guest that does not offer it fails INIT.
+    Always,
+}
+
+impl FromStr for Negotiation {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "never" => Ok(Self::Never),
+            "auto" => Ok(Self::Auto),
+            "always" => Ok(Self::Always),
+            _ => Err(format!("expected one of: {}", NEGOTIATION.join(", "))),
+        }
+    }
+}
+
 /// Everything the daemon needs to run, resolved from the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -168,8 +192,14 @@ pub struct Config {
     pub rlimit_nofile: Option<u64>,
     /// `--readonly`.
     pub readonly: bool,
-    /// `--xattr`, `-o xattr` / `-o no_xattr` (default off).
+    /// `--xattr`, `-o xattr` / `-o no_xattr` (default off); on whenever `posix_acl` is not
+    /// `Never`, as in virtiofsd.
     pub xattr: bool,
+    /// `--posix-acl[=never|auto|always]`, `-o posix_acl` / `-o no_posix_acl` (default `Never`).
+    pub posix_acl: Negotiation,
+    /// `--allow-direct-io`, `-o allow_direct_io` / `-o no_allow_direct_io`: keep the guest's
+    /// O_DIRECT when opening files (default off: stripped).
+    pub allow_direct_io: bool,
     /// `--announce-submounts` / `--no-announce-submounts` (default on).
     pub announce_submounts: bool,
     /// `--log-level`, `-o loglevel=`, `-d` (default `info`).
@@ -324,7 +354,7 @@ struct Opt {
     #[arg(long)]
     xattr: bool,
 
-    /// Enable support for posix ACLs (implies --xattr) [only "never" is supported yet]
+    /// Enable support for posix ACLs (implies --xattr)
     #[arg(long, require_equals = true, default_value = "never", default_missing_value = "always",
           num_args = 0..=1, value_name = "never|auto|always", value_parser = one_of(NEGOTIATION, false))]
     posix_acl: String,
@@ -376,7 +406,7 @@ struct Opt {
     #[arg(long)]
     writeback: bool,
 
-    /// Honor the O_DIRECT flag passed down by guest applications [not supported yet]
+    /// Honor the O_DIRECT flag passed down by guest applications
     #[arg(long)]
     allow_direct_io: bool,
 
@@ -502,9 +532,9 @@ struct Effective {
     announce_submounts: bool,
     readdirplus: Tracked<bool>,
     writeback: Tracked<bool>,
-    allow_direct_io: Tracked<bool>,
+    allow_direct_io: bool,
     killpriv_v2: Tracked<bool>,
-    posix_acl: Tracked<String>,
+    posix_acl: String,
     security_label: Tracked<String>,
     sandbox: Tracked<String>,
     xattrmap: Tracked<bool>,
@@ -523,9 +553,9 @@ impl Effective {
             announce_submounts: !opt.no_announce_submounts,
             readdirplus: Tracked::new(!opt.no_readdirplus, "--no-readdirplus"),
             writeback: flag(opt.writeback, "writeback"),
-            allow_direct_io: flag(opt.allow_direct_io, "allow-direct-io"),
+            allow_direct_io: opt.allow_direct_io,
             killpriv_v2: flag(opt.killpriv_v2, "killpriv-v2"),
-            posix_acl: valued(&opt.posix_acl, "posix-acl"),
+            posix_acl: opt.posix_acl.clone(),
             security_label: valued(&opt.security_label, "security-label"),
             sandbox: valued(&opt.sandbox, "sandbox"),
             xattrmap: flag(opt.xattrmap.is_some(), "xattrmap"),
@@ -584,15 +614,13 @@ impl Effective {
                 self.readdirplus.set(item == "readdirplus", &spelling)
             }
             "writeback" | "no_writeback" => self.writeback.set(item == "writeback", &spelling),
-            "allow_direct_io" | "no_allow_direct_io" => self
-                .allow_direct_io
-                .set(item == "allow_direct_io", &spelling),
+            "allow_direct_io" | "no_allow_direct_io" => {
+                self.allow_direct_io = item == "allow_direct_io"
+            }
             "killpriv_v2" | "no_killpriv_v2" => {
                 self.killpriv_v2.set(item == "killpriv_v2", &spelling)
             }
-            "posix_acl" | "no_posix_acl" => self
-                .posix_acl
-                .set(negotiation(item == "posix_acl"), &spelling),
+            "posix_acl" | "no_posix_acl" => self.posix_acl = negotiation(item == "posix_acl"),
             "security_label" | "no_security_label" => self
                 .security_label
                 .set(negotiation(item == "security_label"), &spelling),
@@ -618,12 +646,10 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
         }
     };
     check(opt.socket_group.is_some(), "--socket-group");
-    check(eff.posix_acl.value != "never", &eff.posix_acl.spelling);
     check(eff.xattrmap.value, &eff.xattrmap.spelling);
     check(opt.allow_mmap, "--allow-mmap");
     check(!eff.readdirplus.value, &eff.readdirplus.spelling);
     check(eff.writeback.value, &eff.writeback.spelling);
-    check(eff.allow_direct_io.value, &eff.allow_direct_io.spelling);
     check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
     check(
         eff.security_label.value != "never",
@@ -773,6 +799,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         deprecations.push("Use of deprecated value 'fallback' for '--inode-file-handles': Please use 'prefer' instead".into());
     }
 
+    let posix_acl = eff.posix_acl.parse().map_err(CliError::new)?;
     Ok(Action::Run(Config {
         socket,
         shared_dir,
@@ -783,7 +810,9 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
             .unwrap_or_else(default_thread_pool_size),
         rlimit_nofile: opt.rlimit_nofile,
         readonly: opt.readonly,
-        xattr: eff.xattr,
+        xattr: eff.xattr || posix_acl != Negotiation::Never,
+        posix_acl,
+        allow_direct_io: eff.allow_direct_io,
         announce_submounts: eff.announce_submounts,
         log_level: if opt.compat_debug {
             log::LevelFilter::Debug

@@ -270,6 +270,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         entry_timeout: cfg.cache.entry_timeout(),
         attr_timeout: cfg.cache.attr_timeout(),
         direct_io: cfg.cache.direct_io(),
+        allow_direct_io: cfg.allow_direct_io,
         keep_cache: cfg.cache == crate::cli::CacheMode::Always,
         readonly: cfg.readonly,
         xattr: cfg.xattr,
@@ -301,7 +302,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // all inherit the blocked signal mask.
     install_termination_handler(notifier.clone(), Arc::clone(&owned))
         .map_err(|e| format!("signal handling: {e}"))?;
-    let server = Arc::new(FuseServer::new(fs, ServerOptions::default()));
+    let opts = ServerOptions {
+        posix_acl: cfg.posix_acl,
+        ..ServerOptions::default()
+    };
+    let server = Arc::new(FuseServer::new(fs, opts));
     let backend = VhostFsBackend::new(server.clone(), cfg.tag.as_deref(), cfg.thread_pool_size)
         .map_err(|e| e.to_string())?;
 

@@ -1,6 +1,6 @@
 //! The exact command lines that the tools launching virtiofsd today emit, run against vhostfs:
 //! each starts the daemon with that argv and serves the test guest (INIT, LOOKUP, CREATE, WRITE,
-//! READ). Options vhostfs does not implement yet must fail with one clear line.
+//! READ), with the options each launcher passes for its share settings.
 
 mod common;
 
@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::fuse_abi::FUSE_ROOT_ID;
-use common::smoke::{inherit_fd, run_to_exit, serve_one_guest};
+use common::fuse_abi::{FUSE_DONT_MASK, FUSE_POSIX_ACL, FUSE_ROOT_ID};
+use common::smoke::{inherit_fd, serve_one_guest};
 use common::{Daemon, TempDir};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -54,27 +54,6 @@ fn serve_with_fd(args: &[&str], check: impl FnOnce(&common::FuseClient)) {
     assert_eq!(status.code(), Some(0), "vhostfs {argv:?}: {status}");
 }
 
-/// Runs `args` (with `{fd}` a listening socket) and expects exit 1 with `message` on stderr.
-fn refused_with_fd(args: &[&str], message: &str) {
-    let dir = TempDir::new("launch-sock").unwrap();
-    let (listener, _socket) = listening_socket(&dir, "vm.sock");
-    let fd = listener.as_raw_fd();
-    let argv: Vec<String> = args
-        .iter()
-        .map(|a| a.replace("{fd}", &fd.to_string()))
-        .collect();
-    let mut cmd = vhostfs();
-    cmd.args(&argv);
-    inherit_fd(&mut cmd, fd, fd);
-    let (status, stderr) = run_to_exit(&mut cmd, TIMEOUT);
-    assert_eq!(status.code(), Some(1), "{argv:?}: {stderr}");
-    assert_eq!(
-        stderr.trim_end(),
-        format!("vhostfs: error: {message}"),
-        "{argv:?}"
-    );
-}
-
 fn xattr_roundtrip(c: &common::FuseClient) {
     let e = c.lookup(FUSE_ROOT_ID, "from-guest.txt").unwrap();
     c.setxattr(e.nodeid, "user.launcher", b"1", 0)
@@ -106,13 +85,23 @@ fn proxmox_qemu_server_expose_xattr() {
 }
 
 #[test]
-fn proxmox_qemu_server_acl_and_direct_io_not_supported_yet() {
+fn proxmox_qemu_server_expose_acl_and_direct_io() {
     let mut args = PROXMOX.to_vec();
-    args.extend(["--xattr", "--posix-acl"]);
-    refused_with_fd(&args, "not supported yet: --posix-acl=always");
+    args.extend(["--xattr", "--posix-acl", "--allow-direct-io"]);
+    serve_with_fd(&args, |c| {
+        let acl = FUSE_POSIX_ACL | FUSE_DONT_MASK;
+        assert_eq!(c.flags() & acl, acl, "INIT flags {:#x}", c.flags());
+        xattr_roundtrip(c);
+    });
+}
+
+#[test]
+fn proxmox_qemu_server_direct_io() {
     let mut args = PROXMOX.to_vec();
     args.push("--allow-direct-io");
-    refused_with_fd(&args, "not supported yet: --allow-direct-io");
+    serve_with_fd(&args, |c| {
+        assert_eq!(c.flags() & FUSE_POSIX_ACL, 0);
+    });
 }
 
 /// libvirt first runs `--print-capabilities` and reads the JSON: with `separate-options` it

@@ -50,6 +50,8 @@ fn defaults_match_virtiofsd() {
             rlimit_nofile: None,
             readonly: false,
             xattr: false,
+            posix_acl: Negotiation::Never,
+            allow_direct_io: false,
             announce_submounts: true,
             log_level: log::LevelFilter::Info,
             syslog: false,
@@ -261,10 +263,7 @@ fn compat_o_forms() {
 #[test]
 fn unsupported_options_are_rejected() {
     for (args, expected) in [
-        (&["--posix-acl"][..], "--posix-acl=always"),
-        (&["--posix-acl=auto"], "--posix-acl=auto"),
-        (&["--security-label"], "--security-label=always"),
-        (&["--allow-direct-io"], "--allow-direct-io"),
+        (&["--security-label"][..], "--security-label=always"),
         (&["--killpriv-v2"], "--killpriv-v2"),
         (&["--no-killpriv-v2", "--killpriv-v2"], "--killpriv-v2"),
         (&["--xattrmap=:map::user.virtiofs.:"], "--xattrmap"),
@@ -289,17 +288,11 @@ fn unsupported_options_are_rejected() {
         (&["--socket-group=kvm"], "--socket-group"),
         (&["-o", "writeback"], "-o writeback"),
         (&["-o", "no_readdirplus"], "-o no_readdirplus"),
-        (&["-o", "allow_direct_io"], "-o allow_direct_io"),
         (&["-o", "killpriv_v2"], "-o killpriv_v2"),
-        (&["-o", "posix_acl"], "-o posix_acl"),
         (&["-o", "security_label"], "-o security_label"),
         (
             &["-o", "xattrmap=:map::user.virtiofs.:"],
             "-o xattrmap=:map::user.virtiofs.:",
-        ),
-        (
-            &["--posix-acl", "-o", "no_posix_acl,posix_acl"],
-            "-o posix_acl",
         ),
     ] {
         assert_eq!(
@@ -312,6 +305,38 @@ fn unsupported_options_are_rejected() {
         fail(&["--writeback", "--allow-mmap"]),
         "not supported yet: --allow-mmap, --writeback"
     );
+}
+
+#[test]
+fn posix_acl_and_direct_io() {
+    for (args, mode) in [
+        (&["--posix-acl"][..], Negotiation::Always),
+        (&["--posix-acl=always"], Negotiation::Always),
+        (&["--posix-acl=auto"], Negotiation::Auto),
+        (&["--posix-acl=never"], Negotiation::Never),
+        (&["-o", "posix_acl"], Negotiation::Always),
+        (&["--posix-acl", "-o", "no_posix_acl"], Negotiation::Never),
+        (
+            &["--posix-acl", "-o", "no_posix_acl,posix_acl"],
+            Negotiation::Always,
+        ),
+    ] {
+        let config = run(args);
+        assert_eq!(config.posix_acl, mode, "{args:?}");
+        // ACLs imply --xattr, as in virtiofsd.
+        assert_eq!(config.xattr, mode != Negotiation::Never, "{args:?}");
+    }
+    // `--posix-acl VALUE` is not a value: `=` is required.
+    assert!(fail(&["--posix-acl", "auto"]).contains("auto"));
+    assert!(fail(&["--posix-acl=sometimes"]).contains("sometimes"));
+    for (args, on) in [
+        (&["--allow-direct-io"][..], true),
+        (&["-o", "allow_direct_io"], true),
+        (&["--allow-direct-io", "-o", "no_allow_direct_io"], false),
+        (&[], false),
+    ] {
+        assert_eq!(run(args).allow_direct_io, on, "{args:?}");
+    }
 }
 
 #[test]

@@ -112,7 +112,9 @@ impl FuseServer {
         let c: CreateIn = read_obj(r)?;
         let body = read_rest(r)?;
         let (name, _) = take_cstr(&body)?;
-        let created = self.fs.create(&q.ctx, q.nodeid, name, c.mode, c.flags)?;
+        let created =
+            self.fs
+                .create(&q.ctx, q.nodeid, name, c.mode, c.flags, self.umask(c.umask))?;
         reply_created(w, q.unique, &created)
     }
 
@@ -125,7 +127,9 @@ impl FuseServer {
         w: &mut Writer<S>,
     ) -> io::Result<u32> {
         let c: CreateIn = read_obj(r)?;
-        let created = self.fs.tmpfile(&q.ctx, q.nodeid, c.mode, c.flags)?;
+        let created = self
+            .fs
+            .tmpfile(&q.ctx, q.nodeid, c.mode, c.flags, self.umask(c.umask))?;
         reply_created(w, q.unique, &created)
     }
 

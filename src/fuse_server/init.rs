@@ -10,6 +10,7 @@ use vm_memory::ByteValued;
 use super::abi::*;
 use super::reply::{self, einval};
 use super::{FuseServer, ServerOptions};
+use crate::cli::Negotiation;
 
 /// Largest WRITE/READ payload we announce: 1 MiB.
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -67,6 +68,18 @@ pub fn negotiate(opts: &ServerOptions, init: &InitIn) -> Result<Negotiated, i32>
     }
     if opts.allow_direct_io_mmap {
         wanted |= FUSE_DIRECT_IO_ALLOW_MMAP;
+    }
+    let acl = FUSE_POSIX_ACL | FUSE_DONT_MASK;
+    match opts.posix_acl {
+        Negotiation::Never => {}
+        _ if offered(init) & acl == acl => wanted |= acl,
+        Negotiation::Auto => {
+            log::warn!("posix ACLs requested but the guest does not offer them: continuing without")
+        }
+        Negotiation::Always => {
+            log::error!("cannot enable posix ACLs: the guest does not offer them");
+            return Err(libc::EPROTO);
+        }
     }
     let mut enabled = offered(init) & wanted;
     if enabled & FUSE_INIT_EXT == 0 {
@@ -130,6 +143,8 @@ impl FuseServer {
                     out.flags2
                 );
                 let used = reply::ok(w, unique, &[out.as_slice()])?;
+                self.dont_mask
+                    .store(out.flags & FUSE_DONT_MASK as u32 != 0, Ordering::Release);
                 self.initialized.store(true, Ordering::Release);
                 Ok(used)
             }
@@ -251,6 +266,31 @@ mod tests {
             &init_in(41, FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO),
         );
         assert_eq!(all_flags(&out), 0);
+    }
+
+    #[test]
+    fn posix_acl_modes() {
+        let acl = FUSE_POSIX_ACL | FUSE_DONT_MASK;
+        let with = |posix_acl| ServerOptions {
+            posix_acl,
+            ..ServerOptions::default()
+        };
+        for mode in [Negotiation::Auto, Negotiation::Always] {
+            let out = session(&with(mode), &init_in(41, acl | FUSE_ASYNC_READ));
+            assert_eq!(all_flags(&out), acl | FUSE_ASYNC_READ, "{mode:?}");
+        }
+        let never = session(&with(Negotiation::Never), &init_in(41, acl));
+        assert_eq!(all_flags(&never), 0);
+        // Both flags or neither: a guest that masks the mode itself defeats default ACLs.
+        for partial in [FUSE_POSIX_ACL, FUSE_DONT_MASK] {
+            let auto = session(&with(Negotiation::Auto), &init_in(41, partial));
+            assert_eq!(all_flags(&auto), 0, "{partial:#x}");
+            assert_eq!(
+                negotiate(&with(Negotiation::Always), &init_in(41, partial)),
+                Err(libc::EPROTO),
+                "{partial:#x}"
+            );
+        }
     }
 
     #[test]

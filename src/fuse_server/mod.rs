@@ -23,6 +23,7 @@ use vm_memory::{ByteValued, GuestMemory};
 use abi::*;
 use reply::{einval, errno_of};
 
+use crate::cli::Negotiation;
 use crate::passthrough::{Context, PassthroughFs};
 
 /// Settings that change what INIT negotiates.
@@ -34,6 +35,9 @@ pub struct ServerOptions {
     /// Negotiate FUSE_DIRECT_IO_ALLOW_MMAP, so that files opened with FOPEN_DIRECT_IO (e.g.
     /// `--cache=never`) can still be mmapped shared; virtiofsd's `--allow-mmap`.
     pub allow_direct_io_mmap: bool,
+    /// `--posix-acl`: negotiate FUSE_POSIX_ACL | FUSE_DONT_MASK, so the guest kernel enforces
+    /// ACLs and leaves the umask to us (see [`FuseServer::umask`]).
+    pub posix_acl: Negotiation,
 }
 
 impl Default for ServerOptions {
@@ -41,6 +45,7 @@ impl Default for ServerOptions {
         ServerOptions {
             readdirplus: true,
             allow_direct_io_mmap: false,
+            posix_acl: Negotiation::Never,
         }
     }
 }
@@ -60,6 +65,8 @@ pub struct FuseServer {
     opts: ServerOptions,
     /// Between a successful INIT and DESTROY.
     initialized: AtomicBool,
+    /// The last INIT negotiated FUSE_DONT_MASK: creation requests carry the umask to apply.
+    dont_mask: AtomicBool,
     counters: [AtomicU64; UNKNOWN_SLOT + 1],
     /// Data bytes moved per opcode slot: READ (file → guest) and WRITE (guest → file).
     bytes: [AtomicU64; UNKNOWN_SLOT + 1],
@@ -106,6 +113,7 @@ impl FuseServer {
             fs,
             opts,
             initialized: AtomicBool::new(false),
+            dont_mask: AtomicBool::new(false),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
             bytes: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -165,6 +173,12 @@ impl FuseServer {
         for s in self.stats() {
             log::debug!("stats: {} count={} bytes={}", s.name, s.count, s.bytes);
         }
+    }
+
+    /// The umask the filesystem must apply for a MKNOD/MKDIR/CREATE/TMPFILE carrying `umask`:
+    /// `Some` only with FUSE_DONT_MASK, where the guest kernel no longer applies it itself.
+    fn umask(&self, umask: u32) -> Option<u32> {
+        self.dont_mask.load(Ordering::Acquire).then_some(umask)
     }
 
     fn count(&self, opcode: u32) {

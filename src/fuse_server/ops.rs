@@ -188,7 +188,9 @@ impl FuseServer {
         let m: MknodIn = read_obj(r)?;
         let body = read_rest(r)?;
         let (name, _) = take_cstr(&body)?;
-        let e = self.fs.mknod(&q.ctx, q.nodeid, name, m.mode, m.rdev)?;
+        let e = self
+            .fs
+            .mknod(&q.ctx, q.nodeid, name, m.mode, m.rdev, self.umask(m.umask))?;
         reply_entry(w, q.unique, &e)
     }
 
@@ -201,7 +203,9 @@ impl FuseServer {
         let m: MkdirIn = read_obj(r)?;
         let body = read_rest(r)?;
         let (name, _) = take_cstr(&body)?;
-        let e = self.fs.mkdir(&q.ctx, q.nodeid, name, m.mode)?;
+        let e = self
+            .fs
+            .mkdir(&q.ctx, q.nodeid, name, m.mode, self.umask(m.umask))?;
         reply_entry(w, q.unique, &e)
     }
 

@@ -49,6 +49,7 @@ fn server() -> (FuseServer, Share) {
         entry_timeout: std::time::Duration::from_secs(1),
         attr_timeout: std::time::Duration::from_secs(1),
         direct_io: false,
+        allow_direct_io: false,
         keep_cache: false,
         readonly: false,
         xattr: false,

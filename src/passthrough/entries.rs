@@ -285,22 +285,25 @@ impl PassthroughFs {
         Ok(buf)
     }
 
-    /// Runs `make` (a syscall creating `name` in `parent`) with the caller's credentials, then
-    /// looks the new name up.
+    /// Runs `make(dirfd, mask)` (a syscall creating `name` in `parent`, with the bits `mask`
+    /// cleared from its mode) with the caller's credentials, then looks the new name up. `umask`
+    /// is the guest's, when it left it to us (see [`PassthroughFs::creation_umask`]).
     fn create_node(
         &self,
         ctx: &Context,
         parent: u64,
         name: &CStr,
-        make: impl FnOnce(BorrowedFd) -> libc::c_int,
+        umask: Option<u32>,
+        make: impl FnOnce(BorrowedFd, u32) -> libc::c_int,
     ) -> io::Result<Entry> {
         self.check_writable()?;
         check_name(name)?;
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
+        let mask = self.creation_umask(fd.as_fd(), umask)?;
         {
             let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
-            check(make(fd.as_fd()))?;
+            check(make(fd.as_fd(), mask))?;
         }
         self.lookup_at(&dir, fd.as_fd(), name)
     }
@@ -313,12 +316,13 @@ impl PassthroughFs {
         target: &CStr,
     ) -> io::Result<Entry> {
         // SAFETY (closure): valid C strings and fd.
-        self.create_node(ctx, parent, name, |d| unsafe {
+        self.create_node(ctx, parent, name, None, |d, _| unsafe {
             libc::symlinkat(target.as_ptr(), d.as_raw_fd(), name.as_ptr())
         })
     }
 
-    /// `mode` includes the file type bits; the guest kernel already applied the umask.
+    /// `mode` includes the file type bits; `umask` is `Some` when the guest kernel left it to
+    /// us (FUSE_DONT_MASK).
     pub fn mknod(
         &self,
         ctx: &Context,
@@ -326,17 +330,31 @@ impl PassthroughFs {
         name: &CStr,
         mode: u32,
         rdev: u32,
+        umask: Option<u32>,
     ) -> io::Result<Entry> {
         // SAFETY (closure): valid C string and fd.
-        self.create_node(ctx, parent, name, |d| unsafe {
-            libc::mknodat(d.as_raw_fd(), name.as_ptr(), mode, libc::dev_t::from(rdev))
+        self.create_node(ctx, parent, name, umask, |d, mask| unsafe {
+            libc::mknodat(
+                d.as_raw_fd(),
+                name.as_ptr(),
+                mode & !mask,
+                libc::dev_t::from(rdev),
+            )
         })
     }
 
-    pub fn mkdir(&self, ctx: &Context, parent: u64, name: &CStr, mode: u32) -> io::Result<Entry> {
+    /// `umask` as for [`PassthroughFs::mknod`].
+    pub fn mkdir(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &CStr,
+        mode: u32,
+        umask: Option<u32>,
+    ) -> io::Result<Entry> {
         // SAFETY (closure): valid C string and fd.
-        self.create_node(ctx, parent, name, |d| unsafe {
-            libc::mkdirat(d.as_raw_fd(), name.as_ptr(), mode)
+        self.create_node(ctx, parent, name, umask, |d, mask| unsafe {
+            libc::mkdirat(d.as_raw_fd(), name.as_ptr(), mode & !mask)
         })
     }
 

@@ -15,14 +15,18 @@ use crate::handle_table::OpenFile;
 use crate::inode_table::{Inode, InodeKey, InodeSource};
 
 /// Open flags the guest may not pass through: creation is done by CREATE (which puts O_CREAT
-/// back, and keeps the guest's O_EXCL), O_NOCTTY and O_DIRECT are the daemon's business (no
-/// `--allow-direct-io` yet).
-const STRIPPED_FLAGS: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT;
+/// back, and keeps the guest's O_EXCL), O_NOCTTY is the daemon's business. O_DIRECT too, unless
+/// `--allow-direct-io`.
+const STRIPPED_FLAGS: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY;
 
 impl PassthroughFs {
     /// The flags we open with for guest open(2) `flags`, refusing writes on a read-only share.
     fn open_flags(&self, flags: u32) -> io::Result<i32> {
-        let flags = (flags as i32 & !STRIPPED_FLAGS) | libc::O_NOFOLLOW;
+        let mut stripped = STRIPPED_FLAGS;
+        if !self.cfg.allow_direct_io {
+            stripped |= libc::O_DIRECT;
+        }
+        let flags = (flags as i32 & !stripped) | libc::O_NOFOLLOW;
         if self.cfg.readonly
             && (flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0)
         {
@@ -60,6 +64,7 @@ impl PassthroughFs {
         })
     }
 
+    /// `umask` as for [`PassthroughFs::mknod`].
     pub fn create(
         &self,
         ctx: &Context,
@@ -67,6 +72,7 @@ impl PassthroughFs {
         name: &CStr,
         mode: u32,
         flags: u32,
+        umask: Option<u32>,
     ) -> io::Result<(Entry, Opened)> {
         self.check_writable()?;
         check_name(name)?;
@@ -79,10 +85,11 @@ impl PassthroughFs {
             return Err(err(libc::ENOTDIR));
         }
         let dirfd = self.path_fd(&dir)?;
+        let mask = self.creation_umask(dirfd.as_fd(), umask)?;
         let token = self.budget.take()?;
         let fd = {
             let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
-            sys::openat(dirfd.as_fd(), name, flags, mode & 0o7777)?
+            sys::openat(dirfd.as_fd(), name, flags, mode & 0o7777 & !mask)?
         };
         let entry = self.lookup_at(&dir, dirfd.as_fd(), name)?;
         let fh = self
@@ -98,13 +105,15 @@ impl PassthroughFs {
     }
 
     /// O_TMPFILE in directory `parent`. The unnamed inode is held by an O_PATH fd (a handle of
-    /// an unlinked inode cannot be opened again), so LINK can give it a name later.
+    /// an unlinked inode cannot be opened again), so LINK can give it a name later. `umask` as
+    /// for CREATE.
     pub fn tmpfile(
         &self,
         ctx: &Context,
         parent: u64,
         mode: u32,
         flags: u32,
+        umask: Option<u32>,
     ) -> io::Result<(Entry, Opened)> {
         self.check_writable()?;
         let mut flags = self.open_flags(flags)? & !libc::O_TRUNC;
@@ -116,10 +125,12 @@ impl PassthroughFs {
             return Err(err(libc::ENOTDIR));
         }
         let dirfd = self.path_fd(&dir)?;
+        let mask = self.creation_umask(dirfd.as_fd(), umask)?;
         let (file_token, path_token) = (self.budget.take()?, self.budget.take()?);
         let fd = {
             let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
-            sys::openat(dirfd.as_fd(), c".", flags | libc::O_TMPFILE, mode & 0o7777)?
+            let mode = mode & 0o7777 & !mask;
+            sys::openat(dirfd.as_fd(), c".", flags | libc::O_TMPFILE, mode)?
         };
         let name = std::ffi::CString::new(fd.as_raw_fd().to_string()).expect("digits");
         let path_fd = sys::openat(self.proc_self_fd.as_fd(), &name, libc::O_PATH, 0)?;

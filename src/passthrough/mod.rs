@@ -11,8 +11,9 @@
 //! dir changes nothing.
 //!
 //! Split: `entries` (names: lookup, create, link, rename, attributes), `files` (open files and
-//! data), `dirs` (directory handles), `xattrs`.
+//! data), `dirs` (directory handles), `xattrs`, `acl` (the umask under `--posix-acl`).
 
+mod acl;
 mod dirs;
 mod entries;
 mod files;
@@ -94,6 +95,8 @@ pub struct FsConfig {
     pub attr_timeout: Duration,
     /// `--cache=never`: open files with `FOPEN_DIRECT_IO`.
     pub direct_io: bool,
+    /// `--allow-direct-io`: keep the guest's O_DIRECT when opening files.
+    pub allow_direct_io: bool,
     /// `--cache=always`: let the guest keep its page cache across opens.
     pub keep_cache: bool,
     pub readonly: bool,

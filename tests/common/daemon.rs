@@ -110,12 +110,17 @@ pub struct TempDir {
 
 impl TempDir {
     pub fn new(prefix: &str) -> io::Result<TempDir> {
+        TempDir::new_in(&std::env::temp_dir(), prefix)
+    }
+
+    /// A fresh directory under `base` (e.g. `/var/tmp`, on disk where `/tmp` may be a tmpfs).
+    pub fn new_in(base: &Path, prefix: &str) -> io::Result<TempDir> {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let path = std::env::temp_dir().join(format!(
+        let path = base.join(format!(
             "{prefix}-{}-{}-{nanos}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)

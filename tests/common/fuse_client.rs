@@ -8,17 +8,22 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use vm_memory::ByteValued;
 
 use super::frontend::TestGuest;
 use super::fuse_abi::*;
+use super::guest_memory::GuestBuf;
+use super::virtqueue::{Next, RawDesc, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE};
 
 /// Request ids, shared by all clients; step 2 as in Linux (odd ids are for interrupts).
 static UNIQUE: AtomicU64 = AtomicU64::new(2);
 
 /// Reply space for requests whose reply is a header only.
 const HDR: usize = std::mem::size_of::<OutHeader>();
+/// Page size of the guest, for buffers laid out as Linux lays out file data.
+const PAGE: usize = 4096;
 
 /// One directory entry of READDIR.
 #[derive(Clone, Debug)]
@@ -542,6 +547,99 @@ impl FuseClient {
         body.extend_from_slice(data);
         let out: WriteOut = from_bytes(&self.raw(FUSE_WRITE, nodeid, &body, HDR + 8)?, "WRITE");
         Ok(out.size)
+    }
+
+    /// A guest buffer of `len` bytes at a page-aligned guest address (so page-aligned in the
+    /// daemon's mapping too): the buffer holding it and that address.
+    fn page_buf(&self, len: usize) -> (GuestBuf, u64) {
+        let buf = self
+            .guest
+            .guest_alloc(len + PAGE - 1)
+            .expect("guest memory");
+        let addr = buf.addr().next_multiple_of(PAGE as u64);
+        (buf, addr)
+    }
+
+    /// Sends the chain `descs` (device-readable `request` first, in one descriptor) and
+    /// returns the used length.
+    fn chain(&self, request: &GuestBuf, descs: &[(u64, usize, u16)]) -> usize {
+        let mut all = vec![RawDesc {
+            addr: request.addr(),
+            len: request.len() as u32,
+            flags: VIRTQ_DESC_F_NEXT,
+            next: Next::Auto,
+        }];
+        for (i, &(addr, len, flags)) in descs.iter().enumerate() {
+            let more = if i + 1 < descs.len() {
+                VIRTQ_DESC_F_NEXT
+            } else {
+                0
+            };
+            all.push(RawDesc {
+                addr,
+                len: len as u32,
+                flags: flags | more,
+                next: Next::Auto,
+            });
+        }
+        self.guest
+            .raw_chain(self.queue, &all, Duration::from_secs(10))
+            .expect("raw chain")
+            .expect("no reply within 10 s") as usize
+    }
+
+    /// WRITE laid out as a Linux guest lays it out: the headers in one descriptor, the data in a
+    /// page-aligned one of its own (what O_DIRECT on the host needs). Returns the bytes written.
+    pub fn write_paged(&self, nodeid: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32, i32> {
+        let inp = WriteIn {
+            fh,
+            offset,
+            size: data.len() as u32,
+            ..Default::default()
+        };
+        // The header's length counts the data, which goes in a descriptor of its own.
+        let mut req = self.request(FUSE_WRITE, nodeid, &[inp.as_slice(), data].concat());
+        req.truncate(req.len() - data.len());
+        let req_buf = self.guest.guest_alloc(req.len()).expect("guest memory");
+        req_buf.write(0, &req);
+        let (_page, addr) = self.page_buf(data.len());
+        self.guest.memory().write(addr, data);
+        let reply = self.guest.guest_alloc(HDR + 8).expect("guest memory");
+        let used = self.chain(
+            &req_buf,
+            &[
+                (addr, data.len(), 0),
+                (reply.addr(), HDR + 8, VIRTQ_DESC_F_WRITE),
+            ],
+        );
+        let out: WriteOut = from_bytes(&Self::parse_reply(&req, &reply.read(0, used))?, "WRITE");
+        Ok(out.size)
+    }
+
+    /// READ laid out as a Linux guest lays it out: the reply header in one descriptor, the data
+    /// in a page-aligned one of its own.
+    pub fn read_paged(&self, nodeid: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, i32> {
+        let inp = ReadIn {
+            fh,
+            offset,
+            size,
+            ..Default::default()
+        };
+        let req = self.request(FUSE_READ, nodeid, inp.as_slice());
+        let req_buf = self.guest.guest_alloc(req.len()).expect("guest memory");
+        req_buf.write(0, &req);
+        let header = self.guest.guest_alloc(HDR).expect("guest memory");
+        let (_page, addr) = self.page_buf(size as usize);
+        let used = self.chain(
+            &req_buf,
+            &[
+                (header.addr(), HDR, VIRTQ_DESC_F_WRITE),
+                (addr, size as usize, VIRTQ_DESC_F_WRITE),
+            ],
+        );
+        let mut reply = header.read(0, HDR.min(used));
+        reply.extend(self.guest.memory().read(addr, used.saturating_sub(HDR)));
+        Self::parse_reply(&req, &reply)
     }
 
     pub fn flush(&self, nodeid: u64, fh: u64, lock_owner: u64) -> Result<(), i32> {

@@ -1,6 +1,7 @@
 //! A vhostfs daemon on a fresh shared directory with a connected, initialised test guest: the
 //! set-up of the per-operation integration tests (`tests/fs_ops*.rs`).
 
+use std::path::Path;
 use std::sync::Arc;
 
 use super::daemon::{spawn_vhostfs, Daemon, TempDir};
@@ -29,7 +30,15 @@ impl Session {
     /// vhostfs with `extra` arguments on a fresh share, `queues` request queues of 256
     /// descriptors and 64 MiB of guest memory; INIT done on queue 0.
     pub fn start_with_queues(extra: &[&str], queues: usize) -> Session {
-        let shared = TempDir::new("fs-ops-shared").unwrap();
+        Session::start_on(TempDir::new("fs-ops-shared").unwrap(), extra, queues)
+    }
+
+    /// vhostfs with `extra` arguments on a fresh share under `base`, one request queue.
+    pub fn start_in(base: &Path, extra: &[&str]) -> Session {
+        Session::start_on(TempDir::new_in(base, "fs-ops-shared").unwrap(), extra, 1)
+    }
+
+    fn start_on(shared: TempDir, extra: &[&str], queues: usize) -> Session {
         let sock_dir = TempDir::new("fs-ops-sock").unwrap();
         let socket = sock_dir.join("vfs.sock");
         let args: Vec<&str> = [&["--log-level=error"], extra].concat();
