@@ -103,6 +103,13 @@ impl Inode {
         self.kind == libc::S_IFLNK
     }
 
+    /// Whether `other`, found under the same key, is another file: both reached by handles that
+    /// differ. The host deleted this inode and reused its number (the handle's generation
+    /// tells them apart); a held O_PATH fd keeps its inode, so its number cannot be reused.
+    pub fn replaced_by(&self, other: &InodeSource) -> bool {
+        matches!((&self.source, other), (InodeSource::Handle(a), InodeSource::Handle(b)) if a != b)
+    }
+
     /// Opens the inode for I/O with `flags` (never following a symlink: callers refuse
     /// symlinks first). O_PATH fds are re-opened through the pre-opened `/proc/self/fd`.
     pub fn open(
@@ -215,13 +222,21 @@ impl InodeTable {
 
     /// Adds `inode` with a lookup count of one; if another request added the same key meanwhile,
     /// takes one more lookup of that one instead (and `inode` is dropped, outside the lock).
+    /// An existing inode of the same key that `inode` [replaces](Inode::replaced_by) keeps its
+    /// node ID (stale, until the guest forgets it) but the key now maps to the new one.
     pub fn insert(&self, mut inode: Inode) -> Arc<Inode> {
         let s = shard_of_key(&inode.key);
         let mut shard = lock(&self.shards[s]);
         if let Some(&id) = shard.by_key.get(&inode.key) {
-            if let Some(existing) = self.ref_id(&mut shard, id) {
-                drop(shard);
-                return existing;
+            let replaced = shard
+                .by_id
+                .get(&id)
+                .is_some_and(|old| old.replaced_by(&inode.source));
+            if !replaced {
+                if let Some(existing) = self.ref_id(&mut shard, id) {
+                    drop(shard);
+                    return existing;
+                }
             }
         }
         shard.next_seq += 1;

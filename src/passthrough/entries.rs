@@ -41,8 +41,13 @@ impl PassthroughFs {
             mnt_id: st.stx_mnt_id,
         };
         let inode = match self.inodes.ref_existing(&key) {
-            Some(inode) => inode,
-            None => {
+            Some(inode) if !self.is_replaced(&inode, fd.as_fd())? => inode,
+            existing => {
+                // A node of a deleted inode whose number the host reused stays stale (ESTALE)
+                // for the guest until it forgets it; the name gets a new node.
+                if let Some(stale) = existing {
+                    self.forget(stale.nodeid, 1);
+                }
                 let kind = st.stx_mode as u32 & libc::S_IFMT;
                 self.inodes
                     .insert(Inode::new(key, kind, self.source_for(fd, kind)?))
@@ -51,6 +56,18 @@ impl PassthroughFs {
         let submount =
             self.cfg.announce_submounts && key.mnt_id != parent.key.mnt_id && inode.is_dir();
         Ok(self.entry(&inode, st, if submount { FUSE_ATTR_SUBMOUNT } else { 0 }))
+    }
+
+    /// Whether the handle-backed `inode` is not the file `fd` is open on any more, although
+    /// their keys match (see [`Inode::replaced_by`]).
+    fn is_replaced(&self, inode: &Inode, fd: BorrowedFd) -> io::Result<bool> {
+        if !matches!(inode.source, InodeSource::Handle(_)) {
+            return Ok(false);
+        }
+        Ok(match FileHandle::from_fd(fd, c"")? {
+            Some(h) => inode.replaced_by(&InodeSource::Handle(h)),
+            None => false,
+        })
     }
 
     /// How a newly seen inode (of type `kind`) will be reached: its handle, or `fd` itself.

@@ -1,0 +1,309 @@
+//! Errors of the host filesystem reach the guest as they are, and the daemon goes on serving:
+//! a full tmpfs (ENOSPC, out of space and out of inodes), a tmpfs remounted read-only under the
+//! running daemon (EROFS), and files and directories the host deletes, renames or replaces
+//! while the guest holds their node IDs and open handles (in both `--inode-file-handles` modes).
+//!
+//! EIO is not tested: producing it needs a failing block device (device-mapper `error` target,
+//! a yanked loop device), which is too much machinery for this suite.
+
+mod common;
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use common::fuse_abi::*;
+use common::{Session, TempDir};
+
+const ROOT: u64 = FUSE_ROOT_ID;
+const RDWR: u32 = libc::O_RDWR as u32;
+const RDONLY: u32 = libc::O_RDONLY as u32;
+const FATTR_MODE: u32 = 1 << 0;
+const KIB: usize = 1 << 10;
+const HANDLE_MODES: [&str; 2] = ["--inode-file-handles=never", "--inode-file-handles=prefer"];
+
+/// A tmpfs mounted on a fresh directory, unmounted (lazily) on drop.
+struct Tmpfs {
+    dir: TempDir,
+}
+
+impl Tmpfs {
+    fn mount(options: &str) -> Tmpfs {
+        let dir = TempDir::new("host-errors-tmpfs").unwrap();
+        mount(c"tmpfs", dir.path(), Some(c"tmpfs"), 0, options);
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `mount -o remount,ro`: the superblock becomes read-only, in every mount namespace.
+    fn remount_ro(&self) {
+        mount(
+            c"tmpfs",
+            self.path(),
+            None,
+            libc::MS_REMOUNT | libc::MS_RDONLY,
+            "",
+        );
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let target = CString::new(self.dir.path().as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+fn mount(
+    source: &std::ffi::CStr,
+    target: &Path,
+    fstype: Option<&std::ffi::CStr>,
+    flags: u64,
+    options: &str,
+) {
+    let target_c = CString::new(target.as_os_str().as_bytes()).unwrap();
+    let options = CString::new(options).unwrap();
+    // SAFETY: valid C strings (or null for the file system type of a remount).
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target_c.as_ptr(),
+            fstype.map_or(std::ptr::null(), |t| t.as_ptr()),
+            flags,
+            options.as_ptr().cast(),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "mount {}: {}",
+        target.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+/// WRITEs of 64 KiB at increasing offsets until one fails; returns the bytes written and the
+/// error.
+fn write_until_error(c: &common::FuseClient, nodeid: u64, fh: u64) -> (usize, i32) {
+    let chunk = vec![0x5a; 64 * KIB];
+    let mut written = 0;
+    for _ in 0..64 {
+        match c.write(nodeid, fh, written as u64, &chunk) {
+            Ok(n) => written += n as usize,
+            Err(e) => return (written, e),
+        }
+    }
+    panic!("{written} bytes written to a 1 MiB tmpfs without an error");
+}
+
+#[test]
+fn full_tmpfs_gives_enospc_and_space_freed_on_the_host_is_usable_again() {
+    let fs = Tmpfs::mount("size=1m,mode=0755");
+    let mut s = Session::start_in(fs.path(), &[]);
+    let c = &s.client;
+    let (e, o) = c.create(ROOT, "big", 0o644, RDWR, 0).unwrap();
+    // A write that only partly fits is short; the next one gets ENOSPC.
+    let (written, errno) = write_until_error(c, e.nodeid, o.fh);
+    assert_eq!(errno, libc::ENOSPC);
+    assert!(written > 0 && written <= 1 << 20, "{written} bytes");
+    assert_eq!(
+        fs::metadata(s.shared.join("big")).unwrap().len(),
+        written as u64
+    );
+    // Data written before the error is intact.
+    assert_eq!(c.read(e.nodeid, o.fh, 0, 16).unwrap(), vec![0x5a; 16]);
+    c.release(e.nodeid, o.fh, RDWR).unwrap();
+    // Nothing fits now, not even one byte in another file.
+    let (small, so) = c.create(ROOT, "small", 0o644, RDWR, 0).unwrap();
+    assert_eq!(
+        c.write(small.nodeid, so.fh, 0, &[1; 4 * KIB]).err(),
+        Some(libc::ENOSPC)
+    );
+    // The host deletes the big file: the guest can write again.
+    fs::remove_file(s.shared.join("big")).unwrap();
+    let data = vec![7u8; 256 * KIB];
+    assert_eq!(
+        c.write(small.nodeid, so.fh, 0, &data).unwrap(),
+        data.len() as u32
+    );
+    assert_eq!(fs::read(s.shared.join("small")).unwrap(), data);
+    assert!(s.daemon.is_alive());
+}
+
+#[test]
+fn tmpfs_out_of_inodes_gives_enospc_on_create_and_mkdir() {
+    let fs = Tmpfs::mount("size=1m,nr_inodes=16,mode=0755");
+    let mut s = Session::start_in(fs.path(), &[]);
+    let c = &s.client;
+    let mut created = Vec::new();
+    let errno = loop {
+        let name = format!("f{}", created.len());
+        match c.create(ROOT, &name, 0o644, RDWR, 0) {
+            Ok((e, o)) => {
+                c.release(e.nodeid, o.fh, RDWR).unwrap();
+                created.push(name);
+            }
+            Err(errno) => break errno,
+        }
+        assert!(created.len() <= 16, "more files than nr_inodes=16");
+    };
+    assert_eq!(errno, libc::ENOSPC, "after {} files", created.len());
+    assert!(!created.is_empty());
+    assert_eq!(c.mkdir(ROOT, "d", 0o755, 0).err(), Some(libc::ENOSPC));
+    assert_eq!(c.symlink(ROOT, "l", "t").err(), Some(libc::ENOSPC));
+    // An unlink by the guest frees an inode: one more create works.
+    c.unlink(ROOT, &created[0]).unwrap();
+    c.mkdir(ROOT, "d", 0o755, 0).unwrap();
+    assert!(s.shared.join("d").is_dir());
+    assert!(s.daemon.is_alive());
+}
+
+#[test]
+fn tmpfs_remounted_read_only_under_the_daemon_gives_erofs() {
+    for sandbox in ["--sandbox=namespace", "--sandbox=none"] {
+        let fs = Tmpfs::mount("size=1m,mode=0755");
+        let mut s = Session::start_in(fs.path(), &[sandbox]);
+        let c = &s.client;
+        fs::write(s.shared.join("f"), b"content").unwrap();
+        fs::create_dir(s.shared.join("d")).unwrap();
+        fs::write(s.shared.join("d/inner"), b"x").unwrap();
+        let f = c.lookup(ROOT, "f").unwrap();
+        let d = c.lookup(ROOT, "d").unwrap();
+        let ro = c.open(f.nodeid, RDONLY).unwrap();
+        fs.remount_ro();
+
+        assert_eq!(
+            c.create(ROOT, "new", 0o644, RDWR, 0).err(),
+            Some(libc::EROFS),
+            "{sandbox}"
+        );
+        assert_eq!(c.mkdir(d.nodeid, "sub", 0o755, 0).err(), Some(libc::EROFS));
+        assert_eq!(c.open(f.nodeid, RDWR).err(), Some(libc::EROFS));
+        let chmod = SetattrIn {
+            valid: FATTR_MODE,
+            mode: libc::S_IFREG | 0o600,
+            ..Default::default()
+        };
+        assert_eq!(c.setattr(f.nodeid, &chmod).err(), Some(libc::EROFS));
+        assert_eq!(c.unlink(d.nodeid, "inner").err(), Some(libc::EROFS));
+        assert_eq!(c.rename(ROOT, "f", d.nodeid, "f2").err(), Some(libc::EROFS));
+        // Reading goes on: the handle opened before, a new one, attributes, listings.
+        assert_eq!(c.read(f.nodeid, ro.fh, 0, 64).unwrap(), b"content");
+        let again = c.open(f.nodeid, RDONLY).unwrap();
+        assert_eq!(c.read(f.nodeid, again.fh, 3, 64).unwrap(), b"tent");
+        assert_eq!(c.getattr(f.nodeid, None).unwrap().attr.size, 7);
+        let od = c.opendir(d.nodeid, 0).unwrap();
+        let names: Vec<Vec<u8>> = c
+            .readdir(d.nodeid, od.fh, 0, 4096)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert!(names.contains(&b"inner".to_vec()), "{sandbox}: {names:?}");
+        assert_eq!(c.lookup(d.nodeid, "inner").unwrap().attr.size, 1);
+        assert_eq!(fs::read_dir(s.shared.path()).unwrap().count(), 2);
+        assert!(s.daemon.is_alive(), "{sandbox}");
+    }
+}
+
+#[test]
+fn file_unlinked_on_the_host_stays_readable_through_its_open_handle() {
+    for mode in HANDLE_MODES {
+        let mut s = Session::start(&[mode]);
+        let c = &s.client;
+        fs::write(s.shared.join("f"), b"before").unwrap();
+        let f = c.lookup(ROOT, "f").unwrap();
+        let o = c.open(f.nodeid, RDWR).unwrap();
+        fs::remove_file(s.shared.join("f")).unwrap();
+
+        assert_eq!(c.lookup(ROOT, "f").err(), Some(libc::ENOENT), "{mode}");
+        assert_eq!(c.getattr(f.nodeid, Some(o.fh)).unwrap().attr.nlink, 0);
+        assert_eq!(c.read(f.nodeid, o.fh, 0, 64).unwrap(), b"before");
+        assert_eq!(c.write(f.nodeid, o.fh, 6, b"+after").unwrap(), 6);
+        assert_eq!(c.read(f.nodeid, o.fh, 0, 64).unwrap(), b"before+after");
+        c.release(f.nodeid, o.fh, RDWR).unwrap();
+        // Without an open file: the O_PATH fd of `never` still holds the inode (nlink 0); the
+        // handle of `prefer` names a deleted inode, which the host refuses to open (ESTALE).
+        let attr = c.getattr(f.nodeid, None);
+        if mode.ends_with("never") {
+            assert_eq!(attr.unwrap().attr.nlink, 0, "{mode}");
+            assert_eq!(c.open(f.nodeid, RDONLY).err(), None, "{mode}");
+        } else {
+            assert_eq!(attr.err(), Some(libc::ESTALE), "{mode}");
+            assert_eq!(c.open(f.nodeid, RDONLY).err(), Some(libc::ESTALE));
+        }
+        // A new file of the same name is a new node, even when the host reuses the deleted
+        // inode's number (ext4 does at once): the stale node does not shadow it.
+        fs::write(s.shared.join("f"), b"new").unwrap();
+        let n = c.lookup(ROOT, "f").unwrap();
+        assert_ne!(n.nodeid, f.nodeid, "{mode}");
+        let o = c.open(n.nodeid, RDONLY).expect(mode);
+        assert_eq!(c.read(n.nodeid, o.fh, 0, 64).unwrap(), b"new");
+        // Forgetting the stale node leaves the name's node alone.
+        c.forget(f.nodeid, 1);
+        assert_eq!(c.lookup(ROOT, "f").unwrap().nodeid, n.nodeid, "{mode}");
+        assert_eq!(c.getattr(n.nodeid, None).unwrap().attr.size, 3);
+        assert!(s.daemon.is_alive(), "{mode}");
+    }
+}
+
+#[test]
+fn directory_renamed_on_the_host_keeps_its_node_id() {
+    for mode in HANDLE_MODES {
+        let mut s = Session::start(&[mode]);
+        let c = &s.client;
+        fs::create_dir_all(s.shared.join("a/d")).unwrap();
+        fs::create_dir(s.shared.join("b")).unwrap();
+        fs::write(s.shared.join("a/d/x"), b"x").unwrap();
+        let a = c.lookup(ROOT, "a").unwrap();
+        let d = c.lookup(a.nodeid, "d").unwrap();
+        fs::rename(s.shared.join("a/d"), s.shared.join("b/d2")).unwrap();
+
+        // Node IDs follow the inode, not the name.
+        let x = c.lookup(d.nodeid, "x").expect(mode);
+        assert_eq!(
+            x.attr.ino,
+            fs::metadata(s.shared.join("b/d2/x")).unwrap().ino()
+        );
+        c.mkdir(d.nodeid, "made", 0o755, 0).unwrap();
+        assert!(s.shared.join("b/d2/made").is_dir(), "{mode}");
+        assert_eq!(c.lookup(a.nodeid, "d").err(), Some(libc::ENOENT), "{mode}");
+        let b = c.lookup(ROOT, "b").unwrap();
+        assert_eq!(c.lookup(b.nodeid, "d2").unwrap().nodeid, d.nodeid, "{mode}");
+        assert!(s.daemon.is_alive(), "{mode}");
+    }
+}
+
+#[test]
+fn file_replaced_on_the_host_is_a_new_node() {
+    for mode in HANDLE_MODES {
+        let mut s = Session::start(&[mode]);
+        let c = &s.client;
+        fs::write(s.shared.join("f"), b"old").unwrap();
+        let old = c.lookup(ROOT, "f").unwrap();
+        fs::write(s.shared.join("f.new"), b"new!").unwrap();
+        fs::rename(s.shared.join("f.new"), s.shared.join("f")).unwrap();
+
+        let new = c.lookup(ROOT, "f").unwrap();
+        assert_ne!(new.nodeid, old.nodeid, "{mode}");
+        assert_ne!(new.attr.ino, old.attr.ino);
+        assert_eq!(new.attr.size, 4);
+        let o = c.open(new.nodeid, RDONLY).unwrap();
+        assert_eq!(c.read(new.nodeid, o.fh, 0, 16).unwrap(), b"new!");
+        // The old node is the replaced inode: kept by `never`'s fd, gone for `prefer`.
+        let attr = c.getattr(old.nodeid, None);
+        if mode.ends_with("never") {
+            let attr = attr.unwrap().attr;
+            assert_eq!((attr.nlink, attr.size), (0, 3), "{mode}");
+        } else {
+            assert_eq!(attr.err(), Some(libc::ESTALE), "{mode}");
+        }
+        assert!(s.daemon.is_alive(), "{mode}");
+    }
+}
