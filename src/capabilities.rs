@@ -16,6 +16,11 @@
 //! - [`check_available`] runs before anything else is set up: a mode that needs a capability
 //!   the process lacks is one error line naming the capability and the way out, never a
 //!   half-working daemon.
+//! - In an unprivileged `--sandbox=namespace` run the daemon is root of a user namespace of
+//!   its own: every capability here is scoped to that namespace (it grants nothing on host
+//!   files beyond what the mapped host ids may do), and `open_by_handle_at`, which checks
+//!   CAP_DAC_READ_SEARCH in the initial user namespace, fails: `prefer` falls back to `O_PATH`
+//!   fds and `mandatory` is refused up front.
 
 use caps::{CapSet, Capability, CapsHashSet};
 
@@ -84,10 +89,27 @@ fn effective() -> Result<CapsHashSet, String> {
 
 /// Fails, before set-up, when `--modcaps` adds a capability the process does not have or
 /// `--inode-file-handles=mandatory` is asked without CAP_DAC_READ_SEARCH.
+///
+/// `user_ns`: the daemon is about to enter a user namespace of its own (an unprivileged
+/// `--sandbox=namespace` run). It then holds every capability, but only inside that namespace:
+/// `--modcaps` can keep any of them, and file handles cannot work whatever the process has now
+/// (`open_by_handle_at` needs CAP_DAC_READ_SEARCH in the initial user namespace).
 pub fn check_available(
     modcaps: &ModCaps,
     inode_file_handles: InodeFileHandles,
+    user_ns: bool,
 ) -> Result<(), String> {
+    if user_ns {
+        if inode_file_handles == InodeFileHandles::Mandatory {
+            return Err(
+                "--inode-file-handles=mandatory needs CAP_DAC_READ_SEARCH in the initial user \
+                 namespace, which an unprivileged --sandbox=namespace run (in a user \
+                 namespace) does not have: run as root, or pass --inode-file-handles=prefer"
+                    .into(),
+            );
+        }
+        return Ok(());
+    }
     let have = effective()?;
     if let Some(cap) = modcaps.add.iter().find(|c| !have.contains(c)) {
         return Err(format!(

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::capabilities::ModCaps;
 use crate::landlock::LandlockMode;
-use crate::sandbox::SandboxMode;
+use crate::sandbox::{IdMap, SandboxMode};
 use crate::seccomp::SeccompMode;
 
 /// Maximum length in bytes of `--tag` (the size of the tag field of the virtio-fs config space).
@@ -212,6 +212,11 @@ pub struct Config {
     pub seccomp: SeccompMode,
     /// `--modcaps`, `-o modcaps=` (default: no change to the kept set).
     pub modcaps: ModCaps,
+    /// `--uid-map` (repeatable): the uid ranges of the user namespace of an unprivileged
+    /// `--sandbox=namespace` run (default: the caller's uid as 0).
+    pub uid_map: Vec<IdMap>,
+    /// `--gid-map` (repeatable), as `uid_map` for gids.
+    pub gid_map: Vec<IdMap>,
     /// `--landlock` (default `auto`).
     pub landlock: LandlockMode,
     /// `--tag`: the tag advertised in the device config space (at most [`MAX_TAG_LEN`] bytes).
@@ -462,14 +467,14 @@ struct Opt {
     security_label: String,
 
     /// Map a range of UIDs from the host into the namespace, given as
-    /// :namespace_uid:host_uid:count: [not supported yet]
+    /// :namespace_uid:host_uid:count: (unprivileged --sandbox=namespace only; needs newuidmap)
     #[arg(long)]
-    uid_map: Vec<String>,
+    uid_map: Vec<IdMap>,
 
     /// Map a range of GIDs from the host into the namespace, given as
-    /// :namespace_gid:host_gid:count: [not supported yet]
+    /// :namespace_gid:host_gid:count: (unprivileged --sandbox=namespace only; needs newgidmap)
     #[arg(long)]
-    gid_map: Vec<String>,
+    gid_map: Vec<IdMap>,
 
     /// Describe how to translate UIDs between guest and host, given as
     /// '<type>:<source base>:<target base>:<count>' [not supported yet]
@@ -655,8 +660,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
         eff.security_label.value != "never",
         &eff.security_label.spelling,
     );
-    check(!opt.uid_map.is_empty(), "--uid-map");
-    check(!opt.gid_map.is_empty(), "--gid-map");
     check(!opt.translate_uid.is_empty(), "--translate-uid");
     check(!opt.translate_gid.is_empty(), "--translate-gid");
     check(opt.preserve_noatime, "--preserve-noatime");
@@ -823,6 +826,8 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         sandbox: eff.sandbox.value.parse().map_err(CliError::new)?,
         seccomp: opt.seccomp.parse().map_err(CliError::new)?,
         modcaps: eff.modcaps.unwrap_or_default(),
+        uid_map: opt.uid_map,
+        gid_map: opt.gid_map,
         landlock: opt.landlock,
         tag: opt.tag,
         deprecations,

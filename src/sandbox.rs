@@ -32,7 +32,7 @@
 //!   asked to.
 
 use std::ffi::CString;
-use std::io;
+use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -98,6 +98,8 @@ static CHILD: AtomicI32 = AtomicI32::new(0);
 #[derive(Debug)]
 pub struct Sandbox {
     mode: SandboxMode,
+    /// Whether the daemon runs in a user namespace of its own (an unprivileged `namespace` run).
+    user_ns: bool,
 }
 
 fn os_err(what: &str) -> io::Error {
@@ -126,9 +128,38 @@ impl Sandbox {
     /// `created`: the socket and pid file the daemon created, which the supervisor removes
     /// when the child has exited.
     pub fn enter(cfg: &Config, created: Vec<std::path::PathBuf>) -> Result<Sandbox, String> {
-        capabilities::check_available(&cfg.modcaps, cfg.inode_file_handles)?;
         let mode = cfg.sandbox;
+        // SAFETY: plain syscall.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root && mode == SandboxMode::Chroot {
+            return Err(
+                "--sandbox=chroot needs root; pass --sandbox=namespace (a user \
+                        namespace) or --sandbox=none"
+                    .into(),
+            );
+        }
+        if (root || mode != SandboxMode::Namespace)
+            && !(cfg.uid_map.is_empty() && cfg.gid_map.is_empty())
+        {
+            return Err(
+                "--uid-map/--gid-map only apply to a run as a user other than root \
+                        with --sandbox=namespace"
+                    .into(),
+            );
+        }
+        let user_ns = !root && mode == SandboxMode::Namespace;
+        capabilities::check_available(&cfg.modcaps, cfg.inode_file_handles, user_ns)?;
         let _ = CLEANUP.set(created);
+        if user_ns {
+            enter_user_namespace(&cfg.uid_map, &cfg.gid_map).map_err(|e| {
+                format!(
+                    "cannot set up the namespace sandbox: no user namespace ({e}); enable \
+                     unprivileged user namespaces (sysctl user.max_user_namespaces, \
+                     kernel.unprivileged_userns_clone), run as root (which --sandbox=chroot \
+                     needs too), or pass --sandbox=none"
+                )
+            })?;
+        }
         if mode == SandboxMode::Namespace {
             enter_namespaces().map_err(|e| {
                 format!(
@@ -137,7 +168,7 @@ impl Sandbox {
                 )
             })?;
         }
-        Ok(Sandbox { mode })
+        Ok(Sandbox { mode, user_ns })
     }
 
     /// Step 2 (see the module doc), in this order: make the shared dir the root of this
@@ -153,8 +184,13 @@ impl Sandbox {
         let mut names: Vec<String> = kept.iter().map(|c| c.to_string()).collect();
         names.sort();
         log::info!(
-            "sandbox {}, seccomp {:?}, capabilities kept: {}",
+            "sandbox {}{}, seccomp {:?}, capabilities kept: {}",
             self.mode.as_str(),
+            if self.user_ns {
+                " (in a user namespace)"
+            } else {
+                ""
+            },
             cfg.seccomp,
             names.join(" ")
         );
@@ -177,6 +213,169 @@ impl Sandbox {
     }
 }
 
+/// One range of a user namespace's id map (`--uid-map`/`--gid-map`), in virtiofsd's syntax
+/// `:inside:outside:count:` (any non-alphanumeric delimiter, the same at every place).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdMap {
+    /// First id inside the namespace.
+    pub inside: u32,
+    /// First id on the host it maps to.
+    pub outside: u32,
+    /// Number of ids.
+    pub count: u32,
+}
+
+impl std::str::FromStr for IdMap {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let syntax = || "expected :namespace_id:host_id:count:".to_string();
+        let delim = s.chars().next().filter(|c| !c.is_alphanumeric());
+        let delim = delim.ok_or_else(syntax)?;
+        let inner = s
+            .strip_prefix(delim)
+            .and_then(|r| r.strip_suffix(delim))
+            .ok_or_else(syntax)?;
+        let fields: Vec<u32> = inner
+            .split(delim)
+            .map(|f| f.parse().map_err(|e| format!("'{f}': {e}")))
+            .collect::<Result<_, _>>()?;
+        match fields[..] {
+            [inside, outside, count] => Ok(IdMap {
+                inside,
+                outside,
+                count,
+            }),
+            _ => Err(syntax()),
+        }
+    }
+}
+
+/// unshare(NEWUSER) for an unprivileged run, the id maps written from outside by a helper
+/// child (see the module doc), then uid and gid 0 inside.
+fn enter_user_namespace(uid_map: &[IdMap], gid_map: &[IdMap]) -> io::Result<()> {
+    // SAFETY: plain syscalls.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (go_r, go_w) = pipe()?;
+    let (result_r, result_w) = pipe()?;
+    // SAFETY: the process is single-threaded (module invariant).
+    let helper = unsafe { libc::fork() };
+    if helper < 0 {
+        return Err(os_err("fork"));
+    }
+    if helper == 0 {
+        drop((go_w, result_r));
+        let mut go = [0u8; 1];
+        let mut code = 1;
+        if std::fs::File::from(go_r).read_exact(&mut go).is_ok() {
+            // SAFETY: plain syscall; the parent waits for this child, so it is still there.
+            let parent = unsafe { libc::getppid() };
+            code = match write_id_maps(parent, uid, gid, uid_map, gid_map) {
+                Ok(()) => 0,
+                Err(msg) => {
+                    let _ = std::fs::File::from(result_w).write_all(msg.as_bytes());
+                    1
+                }
+            };
+        }
+        // SAFETY: leaving the helper without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    drop((go_r, result_w));
+    // SAFETY: plain syscall.
+    let unshared = check(
+        unsafe { libc::unshare(libc::CLONE_NEWUSER) },
+        "unshare(CLONE_NEWUSER)",
+    );
+    let mut go = std::fs::File::from(go_w);
+    if unshared.is_ok() {
+        go.write_all(b"1")?;
+    }
+    drop(go);
+    let mut msg = String::new();
+    std::fs::File::from(result_r).read_to_string(&mut msg)?;
+    let mut status = 0;
+    // SAFETY: valid out pointer; `helper` is our child.
+    if unsafe { libc::waitpid(helper, &mut status, 0) } < 0 {
+        return Err(os_err("waitpid(id map helper)"));
+    }
+    unshared?;
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(io::Error::other(if msg.is_empty() {
+            "the id map helper failed".to_string()
+        } else {
+            msg
+        }));
+    }
+    // SAFETY: plain syscalls on this (only) thread's credentials.
+    unsafe {
+        if !gid_map.is_empty() {
+            // newgidmap leaves setgroups allowed: drop the caller's supplementary groups.
+            check(libc::setgroups(0, std::ptr::null()), "setgroups")?;
+        }
+        check(libc::setresgid(0, 0, 0), "setresgid(0): gid 0 not mapped")?;
+        check(libc::setresuid(0, 0, 0), "setresuid(0): uid 0 not mapped")
+    }
+}
+
+/// Writes the id maps of `pid`'s user namespace. Without a map the caller's id becomes 0 (a
+/// single-id map an unprivileged process may write itself, with setgroups denied); ranges
+/// need the setuid helpers `newuidmap`/`newgidmap` (package `uidmap`, `/etc/subuid`).
+fn write_id_maps(
+    pid: libc::pid_t,
+    uid: u32,
+    gid: u32,
+    uid_map: &[IdMap],
+    gid_map: &[IdMap],
+) -> Result<(), String> {
+    let proc = |file: &str, data: String| {
+        std::fs::write(format!("/proc/{pid}/{file}"), data)
+            .map_err(|e| format!("writing /proc/{pid}/{file}: {e}"))
+    };
+    if uid_map.is_empty() {
+        proc("uid_map", format!("0 {uid} 1"))?;
+    } else {
+        run_map_tool("newuidmap", pid, uid_map)?;
+    }
+    if gid_map.is_empty() {
+        proc("setgroups", "deny".into())?;
+        proc("gid_map", format!("0 {gid} 1"))
+    } else {
+        run_map_tool("newgidmap", pid, gid_map)
+    }
+}
+
+fn run_map_tool(tool: &str, pid: libc::pid_t, map: &[IdMap]) -> Result<(), String> {
+    let mut cmd = std::process::Command::new(tool);
+    cmd.arg(pid.to_string());
+    for m in map {
+        cmd.args([m.inside, m.outside, m.count].map(|n| n.to_string()));
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {tool} (package uidmap), which id ranges need: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(format!(
+        "{tool} failed ({}): {}",
+        out.status,
+        stderr.trim().replace('\n', "; ")
+    ))
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two fds.
+    check(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) },
+        "pipe2",
+    )?;
+    // SAFETY: the fds were just created and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 /// unshare(NEWPID), fork; the parent supervises, the child sets up its mount/net namespaces.
 fn enter_namespaces() -> io::Result<()> {
     // SAFETY: plain syscall; CLONE_NEWPID only affects children created afterwards.
@@ -185,15 +384,7 @@ fn enter_namespaces() -> io::Result<()> {
         "unshare(CLONE_NEWPID)",
     )?;
     // Lets the child notice a supervisor that died before PR_SET_PDEATHSIG was in force.
-    let mut pipe = [0; 2];
-    // SAFETY: `pipe` has room for the two fds.
-    check(
-        unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) },
-        "pipe2",
-    )?;
-    // SAFETY: the fds were just created and are owned by nothing else.
-    let (alive_r, alive_w) =
-        unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+    let (alive_r, alive_w) = pipe()?;
     let parent = std::process::id();
     // SAFETY: the process is single-threaded (module invariant), so the child may run
     // arbitrary code after fork.

@@ -58,6 +58,8 @@ fn defaults_match_virtiofsd() {
             sandbox: SandboxMode::Namespace,
             seccomp: SeccompMode::Kill,
             modcaps: ModCaps::default(),
+            uid_map: vec![],
+            gid_map: vec![],
             landlock: LandlockMode::Auto,
             tag: None,
             deprecations: vec![],
@@ -267,8 +269,6 @@ fn unsupported_options_are_rejected() {
         (&["--killpriv-v2"], "--killpriv-v2"),
         (&["--no-killpriv-v2", "--killpriv-v2"], "--killpriv-v2"),
         (&["--xattrmap=:map::user.virtiofs.:"], "--xattrmap"),
-        (&["--uid-map=:0:100000:65536:"], "--uid-map"),
-        (&["--gid-map=:0:100000:65536:"], "--gid-map"),
         (&["--translate-uid=guest:0:1000:1"], "--translate-uid"),
         (&["--translate-gid=map:0:1000:1"], "--translate-gid"),
         (&["--preserve-noatime"], "--preserve-noatime"),
@@ -601,5 +601,32 @@ fn options_doc_lists_every_option() {
                 .any(|l| l.starts_with('|') && l.contains(spelling.as_str())),
             "docs/options.md has no table row for {spelling}`"
         );
+    }
+}
+
+#[test]
+fn id_maps_use_virtiofsd_syntax() {
+    let config = run(&[
+        "--uid-map=:0:100000:65536:",
+        "--uid-map=/65536/1000/1/",
+        "--gid-map=:0:100000:65536:",
+    ]);
+    let map = |inside, outside, count| IdMap {
+        inside,
+        outside,
+        count,
+    };
+    assert_eq!(config.uid_map, [map(0, 100000, 65536), map(65536, 1000, 1)]);
+    assert_eq!(config.gid_map, [map(0, 100000, 65536)]);
+    for bad in [
+        "0:100000:65536",
+        ":0:100000:",
+        ":0:100000:65536:1:",
+        ":0:x:1:",
+        "a0a1a1a",
+        ":0/1/1:",
+    ] {
+        let e = fail(&[&format!("--uid-map={bad}")]);
+        assert!(e.contains("--uid-map"), "{bad}: {e}");
     }
 }
