@@ -151,13 +151,23 @@ impl Sandbox {
         capabilities::check_available(&cfg.modcaps, cfg.inode_file_handles, user_ns)?;
         let _ = CLEANUP.set(created);
         if user_ns {
-            enter_user_namespace(&cfg.uid_map, &cfg.gid_map).map_err(|e| {
-                format!(
+            enter_user_namespace(&cfg.uid_map, &cfg.gid_map).map_err(|e| match e {
+                UserNsError::Unavailable(e) => format!(
                     "cannot set up the namespace sandbox: no user namespace ({e}); enable \
                      unprivileged user namespaces (sysctl user.max_user_namespaces, \
                      kernel.unprivileged_userns_clone), run as root (which --sandbox=chroot \
                      needs too), or pass --sandbox=none"
-                )
+                ),
+                UserNsError::Maps(msg) => format!(
+                    "cannot set up the namespace sandbox: cannot set the id maps of its user \
+                     namespace ({msg}); --uid-map/--gid-map ranges need newuidmap/newgidmap \
+                     (package uidmap) and a grant to this user in /etc/subuid and \
+                     /etc/subgid; or pass --sandbox=none"
+                ),
+                UserNsError::Other(e) => format!(
+                    "cannot set up the namespace sandbox's user namespace ({e}); pass \
+                     --sandbox=none to run unconfined"
+                ),
             })?;
         }
         if mode == SandboxMode::Namespace {
@@ -251,9 +261,24 @@ impl std::str::FromStr for IdMap {
     }
 }
 
+/// Why [`enter_user_namespace`] failed: each has its own fixes.
+enum UserNsError {
+    /// unshare(CLONE_NEWUSER) refused: user namespaces are disabled or exhausted.
+    Unavailable(io::Error),
+    /// The helper could not write the id maps (newuidmap/newgidmap missing or refusing).
+    Maps(String),
+    Other(io::Error),
+}
+
+impl From<io::Error> for UserNsError {
+    fn from(e: io::Error) -> Self {
+        UserNsError::Other(e)
+    }
+}
+
 /// unshare(NEWUSER) for an unprivileged run, the id maps written from outside by a helper
 /// child (see the module doc), then uid and gid 0 inside.
-fn enter_user_namespace(uid_map: &[IdMap], gid_map: &[IdMap]) -> io::Result<()> {
+fn enter_user_namespace(uid_map: &[IdMap], gid_map: &[IdMap]) -> Result<(), UserNsError> {
     // SAFETY: plain syscalls.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let (go_r, go_w) = pipe()?;
@@ -261,7 +286,7 @@ fn enter_user_namespace(uid_map: &[IdMap], gid_map: &[IdMap]) -> io::Result<()> 
     // SAFETY: the process is single-threaded (module invariant).
     let helper = unsafe { libc::fork() };
     if helper < 0 {
-        return Err(os_err("fork"));
+        return Err(os_err("fork").into());
     }
     if helper == 0 {
         drop((go_w, result_r));
@@ -287,6 +312,7 @@ fn enter_user_namespace(uid_map: &[IdMap], gid_map: &[IdMap]) -> io::Result<()> 
         unsafe { libc::unshare(libc::CLONE_NEWUSER) },
         "unshare(CLONE_NEWUSER)",
     );
+    // Without the go-ahead (unshare failed) the helper exits at once.
     let mut go = std::fs::File::from(go_w);
     if unshared.is_ok() {
         go.write_all(b"1")?;
@@ -297,11 +323,11 @@ fn enter_user_namespace(uid_map: &[IdMap], gid_map: &[IdMap]) -> io::Result<()> 
     let mut status = 0;
     // SAFETY: valid out pointer; `helper` is our child.
     if unsafe { libc::waitpid(helper, &mut status, 0) } < 0 {
-        return Err(os_err("waitpid(id map helper)"));
+        return Err(os_err("waitpid(id map helper)").into());
     }
-    unshared?;
+    unshared.map_err(UserNsError::Unavailable)?;
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        return Err(io::Error::other(if msg.is_empty() {
+        return Err(UserNsError::Maps(if msg.is_empty() {
             "the id map helper failed".to_string()
         } else {
             msg
@@ -314,8 +340,9 @@ fn enter_user_namespace(uid_map: &[IdMap], gid_map: &[IdMap]) -> io::Result<()> 
             check(libc::setgroups(0, std::ptr::null()), "setgroups")?;
         }
         check(libc::setresgid(0, 0, 0), "setresgid(0): gid 0 not mapped")?;
-        check(libc::setresuid(0, 0, 0), "setresuid(0): uid 0 not mapped")
+        check(libc::setresuid(0, 0, 0), "setresuid(0): uid 0 not mapped")?;
     }
+    Ok(())
 }
 
 /// Writes the id maps of `pid`'s user namespace. Without a map the caller's id becomes 0 (a

@@ -1,11 +1,10 @@
-//! `--sandbox`: what the serving process can see of the host in each mode, the supervisor of
-//! the namespace mode (pid file, signal forwarding, exit status), and the one-line failure when
-//! the namespace sandbox cannot be set up.
+//! `--sandbox`: what the serving process can see of the host in each mode and the supervisor of
+//! the namespace mode (pid file, signal forwarding, exit status), run as root. Unprivileged runs
+//! (a user namespace) and the one-line failure when it cannot be set up: `tests/userns.rs`.
 
 mod common;
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
@@ -122,36 +121,6 @@ fn seccomp_filter_is_on_by_default_on_every_thread() {
     }
     let s = Session::start(&["--seccomp=none"]);
     assert_eq!(seccomp_mode(s.daemon.served_pid().unwrap()), "0");
-}
-
-/// Without the privileges for namespaces (here: an unprivileged uid) the default fails with one
-/// line that names the fixes; it never runs unconfined.
-#[test]
-fn namespace_failure_is_one_line_naming_the_fix() {
-    let shared = TempDir::new("sandbox-fail-shared").unwrap();
-    let sock_dir = TempDir::new("sandbox-fail-sock").unwrap();
-    // The unprivileged user may create its socket and pid file there.
-    fs::set_permissions(sock_dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_vhostfs"))
-        .arg(format!("--socket-path={}", sock_dir.join("s").display()))
-        .arg(format!("--shared-dir={}", shared.path().display()))
-        .arg("--log-level=error")
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.starts_with("vhostfs: error: cannot set up the namespace sandbox"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("--sandbox=chroot or --sandbox=none"),
-        "{stderr}"
-    );
-    assert!(!sock_dir.join("s").exists(), "the socket was created");
 }
 
 /// `CapEff` of thread `tid` as a bit mask.
