@@ -28,8 +28,8 @@ pub const MAX_TAG_LEN: usize = 36;
 /// What the process should do, as decided by the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Serve a shared directory over vhost-user.
-    Run(Config),
+    /// Serve a shared directory over vhost-user (boxed: the other variants are small).
+    Run(Box<Config>),
     /// Print [`capabilities_json`] on stdout and exit 0 (`--print-capabilities`).
     PrintCapabilities,
     /// Print `text` and exit with `code`: `--help`, `--version`, or the help shown when no
@@ -803,7 +803,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
     }
 
     let posix_acl = eff.posix_acl.parse().map_err(CliError::new)?;
-    Ok(Action::Run(Config {
+    Ok(Action::Run(Box::new(Config {
         socket,
         shared_dir,
         inode_file_handles,
@@ -831,7 +831,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         landlock: opt.landlock,
         tag: opt.tag,
         deprecations,
-    }))
+    })))
 }
 
 #[cfg(test)]

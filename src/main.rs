@@ -6,7 +6,7 @@ use vhostfs::cli::{self, Action};
 
 fn main() -> ExitCode {
     let cfg = match cli::parse_args(std::env::args_os()) {
-        Ok(Action::Run(cfg)) => cfg,
+        Ok(Action::Run(cfg)) => *cfg,
         Ok(Action::PrintCapabilities) => {
             println!("{}", cli::capabilities_json());
             return ExitCode::SUCCESS;

@@ -3,7 +3,14 @@
 //! The sandbox is entered in two steps, both called from `daemon::run`:
 //!
 //! 1. [`Sandbox::enter`], first thing in `run`, while the process is still single-threaded.
-//!    In `namespace` mode it unshares a new pid namespace and **forks**: the original process
+//!    In `namespace` mode run by a user other than root (as virtiofsd) it first enters a new
+//!    **user namespace**: a helper child forked beforehand, still outside, writes its id maps
+//!    (without `--uid-map`/`--gid-map`: the caller's uid and gid as 0, a single-id map an
+//!    unprivileged process may write, with setgroups denied; with them: the ranges, through
+//!    the setuid tools `newuidmap`/`newgidmap`, which check `/etc/subuid`/`/etc/subgid`), then
+//!    the process takes uid and gid 0 inside, with every capability of that namespace (and
+//!    none outside) for the steps below. Then, in `namespace` mode, it unshares a new pid
+//!    namespace and **forks**: the original process
 //!    becomes the *supervisor*, which never returns from `enter`: it forwards SIGTERM, SIGINT,
 //!    SIGHUP and SIGQUIT to the child, waits for it and exits with its exit status (128 + N
 //!    when the child died of signal N), as virtiofsd does. The child, pid 1 of the new pid
@@ -28,8 +35,11 @@
 //!   [`Sandbox::confine`] reaches the socket path but carries the child's pid.
 //! - The fork happens before any thread exists (logging is the only thing set up before).
 //! - When the namespace sandbox cannot be set up, `enter` fails with one line naming the
-//!   fixes (`--sandbox=chroot` or `--sandbox=none`): the daemon never runs unconfined unless
-//!   asked to.
+//!   fixes (`--sandbox=chroot` or `--sandbox=none`; unprivileged: enabling user namespaces,
+//!   root, `--sandbox=none`; for id ranges: the `uidmap` tools and a subordinate id grant):
+//!   the daemon never runs unconfined unless asked to.
+//! - `--uid-map`/`--gid-map` apply only to an unprivileged `namespace` run, and
+//!   `--sandbox=chroot` needs root (both as virtiofsd); either map may come without the other.
 
 use std::ffi::CString;
 use std::io::{self, Read, Write};
@@ -47,7 +57,8 @@ use crate::seccomp;
 /// Which sandbox to set up (`--sandbox`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SandboxMode {
-    /// New pid, mount and network namespaces and `pivot_root` into the shared dir (default).
+    /// New pid, mount and network namespaces (and a user namespace when not root) and
+    /// `pivot_root` into the shared dir (default).
     Namespace,
     /// `chroot` into the shared dir, for hosts where namespaces are not available.
     Chroot,

@@ -18,7 +18,7 @@ fn run(args: &[&str]) -> Config {
     let mut all = vec!["--socket-path", "/tmp/vm.sock", "--shared-dir", "/srv"];
     all.extend_from_slice(args);
     match parse(&all) {
-        Ok(Action::Run(config)) => config,
+        Ok(Action::Run(config)) => *config,
         other => panic!("{args:?}: expected Run, got {other:?}"),
     }
 }
