@@ -15,8 +15,9 @@
 //! ```
 //!
 //! Each input starts with a standard INIT on a freshly populated share and ends with DESTROY;
-//! after it the process holds no more fds than before, and every `check_every` inputs nothing
-//! next to the share (a canary file, the base directory) has changed.
+//! after it the fd budget is back to the root's share and the process holds no more fds than
+//! before (both catch leaks), and every `check_every` inputs nothing next to the share (a
+//! canary file, the base directory) has changed.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -99,10 +100,13 @@ struct Outside {
 pub struct Harness {
     mem: GuestMemoryAtomic<Mem>,
     server: FuseServer,
+    fs: Arc<PassthroughFs>,
     base: PathBuf,
     share: PathBuf,
     outside: Outside,
     fds: usize,
+    /// fds of the guest's budget in use between sessions (the root's).
+    budget: usize,
     runs: u64,
     check_every: u64,
     nodes: Vec<u64>,
@@ -142,6 +146,15 @@ fn snapshot(base: &Path) -> Outside {
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// What the process's fds point to, for a failure message.
+fn fd_targets() -> Vec<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .map(|e| format!("{:?} -> {:?}", e.file_name(), std::fs::read_link(e.path())))
+        .collect()
 }
 
 fn cpath(p: &Path) -> CString {
@@ -270,10 +283,13 @@ impl Harness {
             fd_budget: FD_BUDGET,
         })
         .unwrap();
+        let fs = Arc::new(fs);
         let mmap = Mem::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
         let mut h = Harness {
             mem: GuestMemoryAtomic::new(mmap),
-            server: FuseServer::new(Arc::new(fs), ServerOptions::default()),
+            server: FuseServer::new(Arc::clone(&fs), ServerOptions::default()),
+            budget: fs.fds_in_use(),
+            fs,
             outside: snapshot(&base),
             base,
             share,
@@ -318,12 +334,16 @@ impl Harness {
             self.chain(chain);
         }
         self.chain(&simple_chain(&request(FUSE_DESTROY, 2, 0, &[])));
+        let budget = self.fs.fds_in_use();
+        assert_eq!(budget, self.budget, "budget fds in use after DESTROY");
         if self.fds != 0 {
             let now = open_fds();
             assert_eq!(
-                now, self.fds,
-                "fds held after DESTROY: {now}, baseline {}",
-                self.fds
+                now,
+                self.fds,
+                "fds held after DESTROY: {now}, baseline {}: {:?}",
+                self.fds,
+                fd_targets()
             );
         }
         self.runs += 1;
