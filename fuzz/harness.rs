@@ -1,0 +1,588 @@
+//! The dispatcher fuzz harness, shared by the libFuzzer target (`fuzz/fuzz_targets/dispatcher.rs`)
+//! and the corpus replay test (`tests/fuzz_corpus.rs`), so both run the same code path.
+//!
+//! An input is a list of chains; each one is published on a fresh split queue in real guest
+//! memory (`GuestMemoryMmap<BitmapMmapRegion>`, as the device uses) and served by
+//! `FuseServer::handle_chain` over a `PassthroughFs` of a scratch share. Format of one chain:
+//!
+//! ```text
+//! ctl:u8        low 4 bits: n descriptor records (0: one readable descriptor with the whole
+//!               request, then one 128 KiB writable one); high 4 bits: n patches
+//! patch*        off:u8 src:u8: write a remembered node ID (src bit 7 clear) or fh (set), the
+//!               (src & 63)-th most recent, as a u64 at byte `off` of the request
+//! record*       kind:u8 a:u8 b:u16le (see `Harness::build`)
+//! len:u16le, request bytes (the FUSE request(s), placed by the readable records)
+//! ```
+//!
+//! Each input starts with a standard INIT on a freshly populated share and ends with DESTROY;
+//! after it the fd budget is back to the root's share and the process holds no more fds on
+//! the share than before (both catch leaks), and every `check_every` inputs nothing next to
+//! the share (a canary file, the base directory) has changed.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use vhost_user_backend::bitmap::BitmapMmapRegion;
+use vhostfs::cli::InodeFileHandles;
+use vhostfs::fuse_server::abi::*;
+use vhostfs::fuse_server::{FuseServer, ServerOptions};
+use vhostfs::passthrough::{FsConfig, PassthroughFs};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{
+    ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap,
+};
+
+type Mem = GuestMemoryMmap<BitmapMmapRegion>;
+
+const F_NEXT: u16 = 1;
+const F_WRITE: u16 = 2;
+const F_INDIRECT: u16 = 4;
+const QUEUE_SIZE: u16 = 16;
+const MEM_SIZE: u64 = 0x10_0000;
+const DESC_TABLE: u64 = 0;
+const AVAIL_RING: u64 = 0x1000;
+const USED_RING: u64 = 0x2000;
+const INDIRECT_TABLE: u64 = 0x3000;
+const READ_BASE: u64 = 0x1_0000;
+const WRITE_BASE: u64 = 0x4_0000;
+const DEFAULT_WRITABLE: u32 = 0x2_0000;
+const MAX_CHAINS: usize = 16;
+const MAX_RECORDS: usize = 15;
+/// How many fds the guest may make the filesystem hold: small, so that leaks show quickly.
+const FD_BUDGET: usize = 16;
+const OUT_HEADER: usize = 16;
+const ENTRY_OUT: usize = 128;
+
+/// One descriptor before it is written to a table.
+#[derive(Clone, Copy, Debug)]
+struct Desc {
+    addr: u64,
+    len: u32,
+    flags: u16,
+    /// `Some(n)`: a corrupted `next` (with F_NEXT set even on the last descriptor).
+    next: Option<u16>,
+    /// The chain ends here (F_NEXT cleared) even if more descriptors follow.
+    stop: bool,
+}
+
+/// A cursor over the input bytes; reads past the end yield zeros.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn u8(&mut self) -> u8 {
+        let (&b, rest) = self.0.split_first().unwrap_or((&0, &[]));
+        self.0 = rest;
+        b
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    fn bytes(&mut self, n: usize) -> &[u8] {
+        let (a, b) = self.0.split_at(n.min(self.0.len()));
+        self.0 = b;
+        a
+    }
+}
+
+/// What must not change outside the share.
+#[derive(Debug, PartialEq, Eq)]
+struct Outside {
+    entries: Vec<std::ffi::OsString>,
+    base: (u32, u32, u32, i64, i64),
+    canary: (u64, u32, u32, u32, u64, i64, i64, i64, i64),
+    content: Vec<u8>,
+}
+
+pub struct Harness {
+    mem: GuestMemoryAtomic<Mem>,
+    server: FuseServer,
+    fs: Arc<PassthroughFs>,
+    base: PathBuf,
+    share: PathBuf,
+    outside: Outside,
+    /// fds on the share between sessions (the root's), once measured.
+    fds: Option<usize>,
+    /// fds of the guest's budget in use between sessions (the root's).
+    budget: usize,
+    runs: u64,
+    check_every: u64,
+    nodes: Vec<u64>,
+    fhs: Vec<u64>,
+}
+
+fn meta5(m: &std::fs::Metadata) -> (u32, u32, u32, i64, i64) {
+    (m.mode(), m.uid(), m.gid(), m.mtime(), m.mtime_nsec())
+}
+
+fn snapshot(base: &Path) -> Outside {
+    let mut entries: Vec<_> = std::fs::read_dir(base)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    entries.sort();
+    let b = std::fs::symlink_metadata(base).unwrap();
+    let canary = base.join("canary");
+    let c = std::fs::symlink_metadata(&canary).unwrap();
+    Outside {
+        entries,
+        base: meta5(&b),
+        canary: (
+            c.ino(),
+            c.mode(),
+            c.uid(),
+            c.gid(),
+            c.nlink(),
+            c.size() as i64,
+            c.mtime(),
+            c.ctime(),
+            c.ctime_nsec(),
+        ),
+        content: std::fs::read(canary).unwrap(),
+    }
+}
+
+/// The process's fds on files under `base` (the share and the canary): what the filesystem
+/// holds. fds of the fuzzer itself (pipes to a symbolizer, /dev/null) do not count.
+fn fds_under(base: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter(|t| t.starts_with(base))
+        .collect()
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// Removes `p` whatever modes the guest left on it.
+fn remove_tree(p: &Path) {
+    let m = std::fs::symlink_metadata(p).unwrap();
+    if m.is_dir() {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        for e in std::fs::read_dir(p).unwrap() {
+            remove_tree(&e.unwrap().path());
+        }
+        std::fs::remove_dir(p).unwrap();
+    } else {
+        std::fs::remove_file(p).unwrap();
+    }
+}
+
+/// Empties the share (and its root's mode, owner and xattrs), then lays out a few files, a
+/// directory and symlinks pointing inside and outside.
+fn populate(share: &Path) {
+    for e in std::fs::read_dir(share).unwrap() {
+        remove_tree(&e.unwrap().path());
+    }
+    let c = cpath(share);
+    // SAFETY: plain syscalls on a NUL-terminated path and buffers of the stated sizes.
+    unsafe {
+        libc::chmod(c.as_ptr(), 0o755);
+        libc::lchown(c.as_ptr(), libc::geteuid(), libc::getegid());
+        let mut names = vec![0u8; 65536];
+        let n = libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len());
+        if n > 0 {
+            for name in names[..n as usize]
+                .split(|&b| b == 0)
+                .filter(|s| !s.is_empty())
+            {
+                let name = CString::new(name).unwrap();
+                libc::lremovexattr(c.as_ptr(), name.as_ptr());
+            }
+        }
+    }
+    std::fs::write(share.join("file"), "hello, vhostfs\n".repeat(300)).unwrap();
+    std::fs::write(share.join("empty"), "").unwrap();
+    std::fs::create_dir_all(share.join("dir/sub")).unwrap();
+    std::fs::write(share.join("dir/inner"), "inner\n").unwrap();
+    let canary = share.parent().unwrap().join("canary");
+    std::os::unix::fs::symlink("file", share.join("link")).unwrap();
+    std::os::unix::fs::symlink("../canary", share.join("up")).unwrap();
+    std::os::unix::fs::symlink(&canary, share.join("abs")).unwrap();
+    std::os::unix::fs::symlink("/etc", share.join("etc")).unwrap();
+}
+
+/// A request with a standard header (uid/gid 0) and `body`.
+pub fn request(opcode: u32, unique: u64, nodeid: u64, body: &[u8]) -> Vec<u8> {
+    let h = InHeader {
+        len: (std::mem::size_of::<InHeader>() + body.len()) as u32,
+        opcode,
+        unique,
+        nodeid,
+        ..Default::default()
+    };
+    [h.as_slice(), body].concat()
+}
+
+/// One chain of the default shape: the request in one readable descriptor, 128 KiB writable.
+fn simple_chain(req: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8];
+    v.extend_from_slice(&(req.len() as u16).to_le_bytes());
+    v.extend_from_slice(req);
+    v
+}
+
+fn valid(d: &virtio_queue::desc::split::Descriptor) -> bool {
+    let end = d.addr().0.checked_add(u64::from(d.len()));
+    d.addr().0 < MEM_SIZE && end.is_some_and(|e| e <= MEM_SIZE)
+}
+
+/// The first `n` bytes of the concatenation of `descs` (fewer if they are shorter).
+fn gather(mem: &Mem, descs: &[virtio_queue::desc::split::Descriptor], n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for d in descs {
+        let take = (n - out.len()).min(d.len() as usize);
+        let mut buf = vec![0u8; take];
+        mem.read_slice(&mut buf, d.addr()).unwrap();
+        out.extend_from_slice(&buf);
+        if out.len() == n {
+            break;
+        }
+    }
+    out
+}
+
+fn overlapping(descs: &[virtio_queue::desc::split::Descriptor]) -> bool {
+    descs.iter().enumerate().any(|(i, a)| {
+        descs[i + 1..].iter().any(|b| {
+            let (a0, a1) = (a.addr().0, a.addr().0 + u64::from(a.len()));
+            let (b0, b1) = (b.addr().0, b.addr().0 + u64::from(b.len()));
+            a0 < b1 && b0 < a1
+        })
+    })
+}
+
+fn u64_at(v: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(v[off..off + 8].try_into().unwrap())
+}
+
+impl Harness {
+    /// A harness whose share and canary live in `base` (created; must not exist or be empty).
+    pub fn new(base: PathBuf, check_every: u64) -> Harness {
+        let share = base.join("share");
+        std::fs::create_dir_all(&share).unwrap();
+        std::fs::write(base.join("canary"), "outside the share\n").unwrap();
+        populate(&share);
+        let fs = PassthroughFs::new(FsConfig {
+            shared_dir: share.clone(),
+            inode_file_handles: InodeFileHandles::Never,
+            entry_timeout: Duration::from_secs(1),
+            attr_timeout: Duration::from_secs(1),
+            direct_io: false,
+            keep_cache: false,
+            readonly: false,
+            xattr: true,
+            announce_submounts: false,
+            fd_budget: FD_BUDGET,
+        })
+        .unwrap();
+        let fs = Arc::new(fs);
+        let mmap = Mem::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
+        let mut h = Harness {
+            mem: GuestMemoryAtomic::new(mmap),
+            server: FuseServer::new(Arc::clone(&fs), ServerOptions::default()),
+            budget: fs.fds_in_use(),
+            fs,
+            outside: snapshot(&base),
+            base,
+            share,
+            fds: None,
+            runs: 0,
+            check_every: check_every.max(1),
+            nodes: Vec::new(),
+            fhs: Vec::new(),
+        };
+        // One empty session first, so that whatever is opened once (lazily) is in the baseline.
+        h.run(&[]);
+        h.fds = Some(fds_under(&h.base).len());
+        h
+    }
+
+    /// Runs one input: INIT, its chains, DESTROY; panics on a broken invariant.
+    pub fn run(&mut self, data: &[u8]) {
+        let zero = vec![0u8; MEM_SIZE as usize];
+        self.mem
+            .memory()
+            .write_slice(&zero, GuestAddress(0))
+            .unwrap();
+        self.nodes.clear();
+        self.fhs.clear();
+        let init = InitIn {
+            major: KERNEL_VERSION,
+            minor: 41,
+            max_readahead: 0x20000,
+            flags: 0xffff_ffff,
+            flags2: 0x1ff,
+            ..Default::default()
+        };
+        let out = self.chain(&simple_chain(&request(FUSE_INIT, 1, 0, init.as_slice())));
+        assert_eq!(out.map(|(_, error)| error), Some(0), "standard INIT failed");
+        let mut input = Input(data);
+        for _ in 0..MAX_CHAINS {
+            if input.0.is_empty() {
+                break;
+            }
+            let (chain, rest) = self.split_chain(input.0);
+            input.0 = rest;
+            self.chain(chain);
+        }
+        self.chain(&simple_chain(&request(FUSE_DESTROY, 2, 0, &[])));
+        let budget = self.fs.fds_in_use();
+        assert_eq!(budget, self.budget, "budget fds in use after DESTROY");
+        if let Some(n) = self.fds {
+            let held = fds_under(&self.base);
+            assert_eq!(held.len(), n, "fds held after DESTROY: {held:?}");
+        }
+        self.runs += 1;
+        if self.runs % self.check_every == 0 {
+            assert_eq!(
+                snapshot(&self.base),
+                self.outside,
+                "something outside the share changed"
+            );
+        }
+        populate(&self.share);
+    }
+
+    /// Splits one chain's bytes off the front of `data`.
+    fn split_chain<'a>(&self, data: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+        let mut i = Input(data);
+        let ctl = i.u8();
+        i.bytes(usize::from(ctl >> 4) * 2 + usize::from(ctl & 15).min(MAX_RECORDS) * 4);
+        let len = usize::from(i.u16());
+        i.bytes(len);
+        let used = data.len() - i.0.len();
+        data.split_at(used)
+    }
+
+    /// Lays out the descriptors a chain's records describe and writes its request bytes.
+    fn build(&self, mem: &Mem, data: &[u8]) -> (Vec<Desc>, Vec<Desc>) {
+        let mut i = Input(data);
+        let ctl = i.u8();
+        let patches: Vec<(u8, u8)> = (0..ctl >> 4).map(|_| (i.u8(), i.u8())).collect();
+        let records: Vec<(u8, u8, u16)> = (0..usize::from(ctl & 15).min(MAX_RECORDS))
+            .map(|_| (i.u8(), i.u8(), i.u16()))
+            .collect();
+        let len = usize::from(i.u16());
+        let mut req = i.bytes(len).to_vec();
+        for (off, src) in patches {
+            let list = if src & 0x80 != 0 {
+                &self.fhs
+            } else {
+                &self.nodes
+            };
+            let k = usize::from(src & 63);
+            let off = usize::from(off);
+            if let (Some(v), true) = (list.iter().rev().nth(k), off + 8 <= req.len()) {
+                req[off..off + 8].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        let desc = |addr, len, flags| Desc {
+            addr,
+            len,
+            flags,
+            next: None,
+            stop: false,
+        };
+        if records.is_empty() {
+            mem.write_slice(&req, GuestAddress(READ_BASE)).unwrap();
+            let r = desc(READ_BASE, req.len() as u32, 0);
+            return (
+                vec![r, desc(WRITE_BASE, DEFAULT_WRITABLE, F_WRITE)],
+                Vec::new(),
+            );
+        }
+        let (mut direct, mut indirect) = (Vec::new(), Vec::new());
+        let mut in_table = false;
+        let (mut rpos, mut wpos, mut consumed) = (READ_BASE, WRITE_BASE, 0usize);
+        for (kind, a, b) in records {
+            let mut d = match kind & 3 {
+                0 => {
+                    // Readable: the next `b` request bytes, after a gap of `a`.
+                    rpos += u64::from(a);
+                    let n = usize::from(b).min(req.len() - consumed);
+                    let chunk = &req[consumed..consumed + n];
+                    mem.write_slice(chunk, GuestAddress(rpos)).unwrap();
+                    consumed += n;
+                    let d = desc(rpos, n as u32, 0);
+                    rpos += n as u64;
+                    d
+                }
+                1 => {
+                    // Writable, `b` bytes after a gap of `a`.
+                    wpos += u64::from(a);
+                    let d = desc(wpos, u32::from(b), F_WRITE);
+                    wpos += u64::from(b);
+                    d
+                }
+                2 => {
+                    // Anywhere: inside or across the end of memory, over the rings, aliasing
+                    // the request or the reply, with odd lengths.
+                    let b64 = u64::from(b);
+                    let addr = match a & 7 {
+                        0 => MEM_SIZE.wrapping_sub(b64),
+                        1 => MEM_SIZE + b64,
+                        2 => u64::MAX - b64,
+                        3 => DESC_TABLE + b64,
+                        4 => READ_BASE + b64,
+                        5 => WRITE_BASE + b64,
+                        6 => b64 << 16,
+                        _ => 0,
+                    };
+                    let len = match (a >> 3) & 3 {
+                        0 => u32::from(b),
+                        1 => u32::from(b) << 8,
+                        2 => u32::MAX - u32::from(b),
+                        _ => 0,
+                    };
+                    desc(addr, len, if kind & 4 != 0 { F_WRITE } else { 0 })
+                }
+                _ => {
+                    // The rest of the records go to an indirect table (length fixed below).
+                    let d = desc(INDIRECT_TABLE, u32::from(a & 15), F_INDIRECT);
+                    if !in_table {
+                        in_table = true;
+                        direct.push(d);
+                        continue;
+                    }
+                    d
+                }
+            };
+            if kind & 8 != 0 {
+                d.next = Some(u16::from(a & 31));
+            }
+            d.stop = kind & 16 != 0;
+            if in_table { &mut indirect } else { &mut direct }.push(d);
+        }
+        if let Some(d) = direct.iter_mut().find(|d| d.flags & F_INDIRECT != 0) {
+            // 16 bytes per entry, plus the misalignment the record asked for.
+            d.len = d.len.wrapping_add(16 * indirect.len() as u32);
+        }
+        (direct, indirect)
+    }
+
+    fn write_table(mem: &Mem, base: u64, descs: &[Desc]) {
+        for (i, d) in descs.iter().enumerate() {
+            let at = base + 16 * i as u64;
+            let mut flags = d.flags;
+            let mut next = i as u16 + 1;
+            if i + 1 < descs.len() && !d.stop {
+                flags |= F_NEXT;
+            }
+            if let Some(n) = d.next {
+                flags |= F_NEXT;
+                next = n;
+            }
+            mem.write_obj(d.addr.to_le(), GuestAddress(at)).unwrap();
+            mem.write_obj(d.len.to_le(), GuestAddress(at + 8)).unwrap();
+            mem.write_obj(flags.to_le(), GuestAddress(at + 12)).unwrap();
+            mem.write_obj(next.to_le(), GuestAddress(at + 14)).unwrap();
+        }
+    }
+
+    /// Publishes and serves one chain, checks the reply; returns the reply's (opcode, error)
+    /// when a well-formed reply was written.
+    fn chain(&mut self, data: &[u8]) -> Option<(u32, i32)> {
+        let guard = self.mem.memory();
+        let mem: &Mem = &guard;
+        let (direct, indirect) = self.build(mem, data);
+        Self::write_table(mem, DESC_TABLE, &direct);
+        Self::write_table(mem, INDIRECT_TABLE, &indirect);
+        mem.write_obj(0u16, GuestAddress(AVAIL_RING)).unwrap();
+        mem.write_obj(1u16.to_le(), GuestAddress(AVAIL_RING + 2))
+            .unwrap();
+        mem.write_obj(0u16, GuestAddress(AVAIL_RING + 4)).unwrap();
+        let mut q = Queue::new(QUEUE_SIZE).unwrap();
+        q.set_size(QUEUE_SIZE);
+        q.try_set_desc_table_address(GuestAddress(DESC_TABLE))
+            .unwrap();
+        q.try_set_avail_ring_address(GuestAddress(AVAIL_RING))
+            .unwrap();
+        q.try_set_used_ring_address(GuestAddress(USED_RING))
+            .unwrap();
+        q.set_ready(true);
+        let chain = q.pop_descriptor_chain(guard.clone())?;
+
+        let readable: Vec<_> = chain.clone().readable().collect();
+        let writable: Vec<_> = chain.clone().writable().collect();
+        let ok = readable.iter().chain(&writable).all(valid);
+        let head = if ok {
+            gather(mem, &readable, 40)
+        } else {
+            Vec::new()
+        };
+
+        let used = self.server.handle_chain(mem, chain);
+
+        if !ok {
+            assert_eq!(used, 0, "a chain outside guest memory was answered");
+            return None;
+        }
+        let room: u64 = writable.iter().map(|d| u64::from(d.len())).sum();
+        assert!(u64::from(used) <= room, "used {used} > writable {room}");
+        assert!(
+            used == 0 || used as usize >= OUT_HEADER,
+            "used {used}: a partial header"
+        );
+        let opcode = (head.len() >= 40).then(|| u32::from_le_bytes(head[4..8].try_into().unwrap()));
+        let silent = matches!(
+            opcode,
+            Some(FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_INTERRUPT)
+        );
+        assert!(
+            used > 0 || room < OUT_HEADER as u64 || silent,
+            "no reply to opcode {opcode:?} with {room} bytes of room"
+        );
+        if used == 0 || overlapping(&writable) {
+            return None;
+        }
+        let unique = if head.len() >= 16 {
+            u64_at(&head, 8)
+        } else {
+            0
+        };
+        let out = gather(mem, &writable, OUT_HEADER + ENTRY_OUT + 16);
+        let len = u32::from_le_bytes(out[0..4].try_into().unwrap());
+        let error = i32::from_le_bytes(out[4..8].try_into().unwrap());
+        assert_eq!(u64_at(&out, 8), unique, "reply unique");
+        assert_eq!(len, used, "reply len");
+        assert!((-4095..=0).contains(&error), "reply error {error}");
+        assert!(
+            error == 0 || used as usize == OUT_HEADER,
+            "error reply with a body"
+        );
+        let opcode = opcode?;
+        if error == 0 {
+            self.remember(opcode, &out);
+        }
+        Some((opcode, error))
+    }
+
+    /// Keeps the node IDs and fhs a successful reply hands out, for later patches.
+    fn remember(&mut self, opcode: u32, out: &[u8]) {
+        let (node, fh) = match opcode {
+            FUSE_LOOKUP | FUSE_MKNOD | FUSE_MKDIR | FUSE_SYMLINK | FUSE_LINK => (true, None),
+            FUSE_CREATE | FUSE_TMPFILE => (true, Some(OUT_HEADER + ENTRY_OUT)),
+            FUSE_OPEN | FUSE_OPENDIR => (false, Some(OUT_HEADER)),
+            _ => return,
+        };
+        if node && out.len() >= OUT_HEADER + 8 {
+            self.nodes.push(u64_at(out, OUT_HEADER));
+        }
+        if let Some(off) = fh.filter(|off| out.len() >= off + 8) {
+            self.fhs.push(u64_at(out, off));
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
