@@ -275,6 +275,7 @@ impl Harness {
             entry_timeout: Duration::from_secs(1),
             attr_timeout: Duration::from_secs(1),
             direct_io: false,
+            allow_direct_io: false,
             keep_cache: false,
             readonly: false,
             xattr: true,
