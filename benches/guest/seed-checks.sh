@@ -9,7 +9,8 @@
 # 2. no-reopen-on-read (modes prefer and never): a sequential read of a 64 MiB file with 1 MiB blocks
 #    after drop_caches makes no openat/open_by_handle_at in the daemon after the first OPEN. The
 #    daemon runs under `strace -f -c -e trace=openat,open_by_handle_at`; a 1-block read and the
-#    64-block read (same script otherwise) must show no more opens, and READ must be >= 64.
+#    64-block read (same script otherwise) may differ only by boot-to-boot noise (≤ 8 opens of
+#    each kind, against ~450 more READs), and READ must be >= 64.
 # 3. handles-cost: creating N (default 10,000) 4 KiB files with --inode-file-handles=prefer costs
 #    < 5 % more than with never. Boots alternate prefer/never, TRIES times each (default 3);
 #    the best (lowest) guest-timed create of each mode is compared.
@@ -92,13 +93,14 @@ verdict "write-size: dd bs=128k count=8 -> 8 WRITEs of 131072 bytes" \
   "$([ "$n" = 8 ] && [ "$b" = 1048576 ] && echo 1)" \
   "WRITE count=$n bytes=$b, $([ "$n" -gt 0 ] && echo $((b / n)) || echo 0) bytes per WRITE"
 
-# no_more_opens "openat=A open_by_handle_at=B" "openat=C open_by_handle_at=D": C <= A and D <= B.
-# (The daemon's own start-up and the guest's script make a few opens that vary from boot to boot;
-# what matters is that 63 more MiB of READs add none.)
+# no_more_opens "openat=A open_by_handle_at=B" "openat=C open_by_handle_at=D": the 64-block
+# run's opens exceed the 1-block run's by at most 8 of each. The daemon's start-up (sandbox,
+# threads) and the guest's own requests make a few opens that vary by about ±6 from boot to boot,
+# while a re-open per READ would add one for each of the ~450 extra READs.
 no_more_opens() {
   awk -v a="$1" -v b="$2" 'BEGIN {
     split(a, x, /[ =]/); split(b, y, /[ =]/)
-    exit !(y[2] <= x[2] && y[4] <= x[4]) }'
+    exit !(y[2] <= x[2] + 8 && y[4] <= x[4] + 8) }'
 }
 
 # ---- 2. no re-open per READ -------------------------------------------------------------------------
@@ -120,7 +122,7 @@ for mode in prefer never; do
     reads=$(stat_of "$name" READ count) rbytes=$(stat_of "$name" READ bytes)
     rm -rf "$s"
   done
-  verdict "no-reopen-on-read ($mode): 64 MiB read opens nothing more than a 1 MiB read" \
+  verdict "no-reopen-on-read ($mode): a 64 MiB read adds no open per READ over a 1 MiB read" \
     "$(no_more_opens "${opens[1]}" "${opens[64]}" && [ "$reads" -ge 64 ] && echo 1)" \
     "1 block: ${opens[1]}; 64 blocks: ${opens[64]}; 64-block run: READ count=$reads bytes=$rbytes"
   unset opens
