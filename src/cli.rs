@@ -22,6 +22,9 @@ use crate::landlock::LandlockMode;
 use crate::sandbox::{IdMap, SandboxMode};
 use crate::seccomp::SeccompMode;
 
+mod compat;
+use compat::Effective;
+
 /// Maximum length in bytes of `--tag` (the size of the tag field of the virtio-fs config space).
 pub const MAX_TAG_LEN: usize = 36;
 
@@ -508,139 +511,6 @@ struct Opt {
     migration_confirm_paths: bool,
 }
 
-/// A setting that `-o` may override, with the spelling that last set it (for error messages).
-struct Tracked<T> {
-    value: T,
-    spelling: String,
-}
-
-impl<T> Tracked<T> {
-    fn new(value: T, spelling: impl Into<String>) -> Self {
-        Tracked {
-            value,
-            spelling: spelling.into(),
-        }
-    }
-
-    fn set(&mut self, value: T, spelling: &str) {
-        self.value = value;
-        self.spelling = spelling.to_string();
-    }
-}
-
-/// The settings after `-o` forms are applied on top of the long options (as virtiofsd does).
-struct Effective {
-    shared_dir: Option<PathBuf>,
-    cache: CacheMode,
-    log_level: log::LevelFilter,
-    xattr: bool,
-    announce_submounts: bool,
-    readdirplus: Tracked<bool>,
-    writeback: Tracked<bool>,
-    allow_direct_io: bool,
-    killpriv_v2: Tracked<bool>,
-    posix_acl: String,
-    security_label: Tracked<String>,
-    sandbox: Tracked<String>,
-    xattrmap: Tracked<bool>,
-    modcaps: Option<ModCaps>,
-}
-
-impl Effective {
-    fn from_opt(opt: &Opt) -> Self {
-        let flag = |on: bool, name: &str| Tracked::new(on, format!("--{name}"));
-        let valued = |v: &str, name: &str| Tracked::new(v.to_string(), format!("--{name}={v}"));
-        Effective {
-            shared_dir: opt.shared_dir.clone(),
-            cache: opt.cache,
-            log_level: opt.log_level,
-            xattr: opt.xattr,
-            announce_submounts: !opt.no_announce_submounts,
-            readdirplus: Tracked::new(!opt.no_readdirplus, "--no-readdirplus"),
-            writeback: flag(opt.writeback, "writeback"),
-            allow_direct_io: opt.allow_direct_io,
-            killpriv_v2: flag(opt.killpriv_v2, "killpriv-v2"),
-            posix_acl: opt.posix_acl.clone(),
-            security_label: valued(&opt.security_label, "security-label"),
-            sandbox: valued(&opt.sandbox, "sandbox"),
-            xattrmap: flag(opt.xattrmap.is_some(), "xattrmap"),
-            modcaps: opt.modcaps.clone(),
-        }
-    }
-
-    /// Applies one `-o` item (`key=value` or `flag`), with virtiofsd's keys and values.
-    fn apply_compat(&mut self, item: &str) -> Result<(), CliError> {
-        let spelling = format!("-o {item}");
-        let invalid_value = |key: &str, value: &str| {
-            CliError::new(format!("invalid compat value '{value}' for '-o {key}'"))
-        };
-        if let Some((key, value)) = item.split_once('=') {
-            match key {
-                "source" => self.shared_dir = Some(PathBuf::from(value)),
-                "cache" => {
-                    self.cache = match value {
-                        "auto" => CacheMode::Auto,
-                        "always" => CacheMode::Always,
-                        "none" => CacheMode::Never,
-                        "metadata" => CacheMode::Metadata,
-                        _ => return Err(invalid_value(key, value)),
-                    }
-                }
-                "loglevel" => {
-                    self.log_level = match value {
-                        "debug" => log::LevelFilter::Debug,
-                        "info" => log::LevelFilter::Info,
-                        "warn" => log::LevelFilter::Warn,
-                        "err" => log::LevelFilter::Error,
-                        _ => return Err(invalid_value(key, value)),
-                    }
-                }
-                "sandbox" if ["namespace", "chroot"].contains(&value) => {
-                    self.sandbox.set(value.to_string(), &spelling)
-                }
-                "sandbox" => return Err(invalid_value(key, value)),
-                "xattrmap" => self.xattrmap.set(true, &spelling),
-                "modcaps" => {
-                    self.modcaps = Some(value.parse().map_err(|e| {
-                        CliError::new(format!(
-                            "invalid compat value '{value}' for '-o modcaps': {e}"
-                        ))
-                    })?)
-                }
-                _ => return Err(invalid_compat_argument(item)),
-            }
-            return Ok(());
-        }
-        let negotiation = |on: bool| if on { "always" } else { "never" }.to_string();
-        match item {
-            "xattr" | "no_xattr" => self.xattr = item == "xattr",
-            "announce_submounts" => self.announce_submounts = true,
-            "readdirplus" | "no_readdirplus" => {
-                self.readdirplus.set(item == "readdirplus", &spelling)
-            }
-            "writeback" | "no_writeback" => self.writeback.set(item == "writeback", &spelling),
-            "allow_direct_io" | "no_allow_direct_io" => {
-                self.allow_direct_io = item == "allow_direct_io"
-            }
-            "killpriv_v2" | "no_killpriv_v2" => {
-                self.killpriv_v2.set(item == "killpriv_v2", &spelling)
-            }
-            "posix_acl" | "no_posix_acl" => self.posix_acl = negotiation(item == "posix_acl"),
-            "security_label" | "no_security_label" => self
-                .security_label
-                .set(negotiation(item == "security_label"), &spelling),
-            // Accepted and ignored by virtiofsd too (it never implemented flock/posix locks).
-            "no_posix_lock" | "no_flock" => {}
-            _ => return Err(invalid_compat_argument(item)),
-        }
-        Ok(())
-    }
-}
-
-fn invalid_compat_argument(item: &str) -> CliError {
-    CliError::new(format!("invalid compat argument '-o {item}'"))
-}
-
 /// Lists, in command-line order, the options that were given with an effect vhostfs does
 /// not implement yet.
 fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
@@ -833,6 +703,5 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         deprecations,
     })))
 }
-
 #[cfg(test)]
 mod tests;
