@@ -703,5 +703,6 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         deprecations,
     })))
 }
+
 #[cfg(test)]
 mod tests;
