@@ -43,18 +43,17 @@ fn offset_plus(off: u64, done: usize) -> io::Result<u64> {
     off.checked_add(done as u64).ok_or_else(einval)
 }
 
-/// Reads up to `size` bytes of `f` at `offset` straight into the guest buffers of `data`
-/// (preadv, no bounce buffer). Stops early at end of file; an error after some data was read
-/// ends the read with what was read.
-pub(super) fn read_file_into<S: BitmapSlice>(
-    data: &mut Writer<S>,
-    f: &mut File,
+/// Moves up to `size` bytes at `offset` in steps of `step(remaining, offset) -> bytes moved`:
+/// retries EINTR, stops at 0 (end of file), and an error after some bytes moved ends the
+/// transfer with what was moved (the guest sees a short count, as from read(2)/write(2)).
+fn transfer(
     size: usize,
     offset: u64,
+    mut step: impl FnMut(usize, u64) -> io::Result<usize>,
 ) -> io::Result<usize> {
     let mut done = 0;
     while done < size {
-        match data.write_from_at(&mut *f, size - done, offset_plus(offset, done)?) {
+        match step(size - done, offset_plus(offset, done)?) {
             Ok(0) => break,
             Ok(n) => done += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -65,6 +64,17 @@ pub(super) fn read_file_into<S: BitmapSlice>(
     Ok(done)
 }
 
+/// Reads up to `size` bytes of `f` at `offset` straight into the guest buffers of `data`
+/// (preadv, no bounce buffer).
+pub(super) fn read_file_into<S: BitmapSlice>(
+    data: &mut Writer<S>,
+    f: &mut File,
+    size: usize,
+    offset: u64,
+) -> io::Result<usize> {
+    transfer(size, offset, |n, off| data.write_from_at(&mut *f, n, off))
+}
+
 /// Writes `size` bytes from the guest buffers of `r` straight into `f` at `offset` (pwritev).
 /// The caller has checked that `r` holds `size` bytes.
 pub(super) fn write_file_from<S: BitmapSlice>(
@@ -73,17 +83,7 @@ pub(super) fn write_file_from<S: BitmapSlice>(
     size: usize,
     offset: u64,
 ) -> io::Result<usize> {
-    let mut done = 0;
-    while done < size {
-        match r.read_to_at(&mut *f, size - done, offset_plus(offset, done)?) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if done == 0 => return Err(e),
-            Err(_) => break,
-        }
-    }
-    Ok(done)
+    transfer(size, offset, |n, off| r.read_to_at(&mut *f, n, off))
 }
 
 impl FuseServer {
