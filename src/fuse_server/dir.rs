@@ -105,12 +105,7 @@ impl FuseServer {
         w: &mut Writer<S>,
     ) -> io::Result<u32> {
         let i: ReadIn = read_obj(r)?;
-        let room = w
-            .available_bytes()
-            .checked_sub(OUT_HEADER_SIZE)
-            .ok_or_else(einval)?;
-        let size = room.min(i.size as usize);
-        let mut data = w.split_at(OUT_HEADER_SIZE).map_err(|_| einval())?;
+        let (mut data, size) = reply::data_part(w, i.size)?;
         let mut sink = DirentSink::new(&mut data, size, plus);
         let res = self
             .fs

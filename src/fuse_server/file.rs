@@ -141,12 +141,7 @@ impl FuseServer {
         w: &mut Writer<S>,
     ) -> io::Result<u32> {
         let i: ReadIn = read_obj(r)?;
-        let room = w
-            .available_bytes()
-            .checked_sub(OUT_HEADER_SIZE)
-            .ok_or_else(einval)?;
-        let size = room.min(i.size as usize);
-        let mut data = w.split_at(OUT_HEADER_SIZE).map_err(|_| einval())?;
+        let (mut data, size) = reply::data_part(w, i.size)?;
         let n = self
             .fs
             .with_file(i.fh, |f| read_file_into(&mut data, f, size, i.offset))?;

@@ -41,6 +41,21 @@ pub fn write_header<S: BitmapSlice>(
 }
 
 /// An error reply; returns the used length (0 when not even a header fits).
+/// The data part of a reply that carries up to `wanted` bytes (READ, READDIR): the writable
+/// descriptors after the out header, and how many bytes may go there (at most `wanted`). EINVAL
+/// when not even the header fits.
+pub fn data_part<'a, S: BitmapSlice>(
+    w: &mut Writer<'a, S>,
+    wanted: u32,
+) -> io::Result<(Writer<'a, S>, usize)> {
+    let room = w
+        .available_bytes()
+        .checked_sub(OUT_HEADER_SIZE)
+        .ok_or_else(einval)?;
+    let data = w.split_at(OUT_HEADER_SIZE).map_err(|_| einval())?;
+    Ok((data, room.min(wanted as usize)))
+}
+
 pub fn error<S: BitmapSlice>(w: &mut Writer<S>, unique: u64, errno: i32) -> u32 {
     if w.available_bytes() < OUT_HEADER_SIZE {
         return 0;
