@@ -59,6 +59,17 @@ impl FdBudget {
         Ok(FdToken(Arc::clone(self)))
     }
 
+    /// Takes one fd from the budget if there is one left, quietly (for caches that can do
+    /// without).
+    pub fn try_take(self: &Arc<Self>) -> Option<FdToken> {
+        let prev = self.used.fetch_add(1, Ordering::Relaxed);
+        if prev >= self.limit {
+            self.used.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(FdToken(Arc::clone(self)))
+    }
+
     pub fn in_use(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }

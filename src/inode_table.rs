@@ -204,6 +204,14 @@ impl InodeTable {
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
     }
 
+    /// The node ID of the inode with `key`, if the table has it (no lookup is taken).
+    pub fn id_of(&self, key: &InodeKey) -> Option<u64> {
+        lock(&self.shards[shard_of_key(key)])
+            .by_key
+            .get(key)
+            .copied()
+    }
+
     /// One more lookup of the inode with `key`, if the table has it.
     pub fn ref_existing(&self, key: &InodeKey) -> Option<Arc<Inode>> {
         let mut shard = lock(&self.shards[shard_of_key(key)]);

@@ -136,6 +136,54 @@ fn full_tmpfs_gives_enospc_and_space_freed_on_the_host_is_usable_again() {
     assert!(s.daemon.is_alive());
 }
 
+/// Bytes in use on the filesystem of `path`.
+fn used_bytes(path: &Path) -> u64 {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: a valid C string and a writable statvfs.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) }, 0);
+    // SAFETY: statvfs filled it.
+    let st = unsafe { st.assume_init() };
+    (st.f_blocks - st.f_bfree) * st.f_frsize
+}
+
+/// Writes a 512 KiB file `name` and releases it; the guest keeps its node (no FORGET), and the
+/// daemon its cached fd (GETATTR).
+fn half_meg(c: &common::FuseClient, name: &str) -> u64 {
+    let (e, o) = c.create(ROOT, name, 0o644, RDWR, 0).unwrap();
+    for i in 0..8 {
+        let n = c.write(e.nodeid, o.fh, (i * 64 * KIB) as u64, &[1; 64 * KIB]);
+        assert_eq!(n, Ok(64 * KIB as u32));
+    }
+    c.release(e.nodeid, o.fh, RDWR).unwrap();
+    assert_eq!(c.getattr(e.nodeid, None).unwrap().attr.size, 512 << 10);
+    e.nodeid
+}
+
+#[test]
+fn deleted_files_give_their_space_back_while_the_guest_holds_their_nodes() {
+    let fs = Tmpfs::mount("size=4m,mode=0755");
+    let mut s = Session::start_in(fs.path(), &["--inode-file-handles=prefer"]);
+    let c = &s.client;
+    let empty = used_bytes(fs.path());
+    // Unlinked by the guest: freed at once.
+    half_meg(c, "a");
+    assert!(used_bytes(fs.path()) >= empty + (512 << 10));
+    c.unlink(ROOT, "a").unwrap();
+    assert!(used_bytes(fs.path()) < empty + (64 << 10), "UNLINK");
+    // Renamed over by the guest: freed at once.
+    half_meg(c, "b");
+    c.create(ROOT, "c", 0o644, RDWR, 0).unwrap();
+    c.rename(ROOT, "c", ROOT, "b").unwrap();
+    assert!(used_bytes(fs.path()) < empty + (64 << 10), "RENAME");
+    // Deleted by the host: freed by the next GETATTR of the node (which is then stale).
+    let d = half_meg(c, "d");
+    fs::remove_file(s.shared.join("d")).unwrap();
+    assert_eq!(c.getattr(d, None).err(), Some(libc::ESTALE));
+    assert!(used_bytes(fs.path()) < empty + (64 << 10), "host unlink");
+    assert!(s.daemon.is_alive());
+}
+
 #[test]
 fn tmpfs_out_of_inodes_gives_enospc_on_create_and_mkdir() {
     let fs = Tmpfs::mount("size=1m,nr_inodes=16,mode=0755");

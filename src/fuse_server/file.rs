@@ -16,7 +16,7 @@ use super::abi::{FUSE_FSYNC_FDATASYNC, FUSE_READ, FUSE_WRITE};
 use super::ops::{read_obj, read_rest, reply_empty, take_cstr};
 use super::reply::{self, einval, OUT_HEADER_SIZE};
 use super::{FuseServer, Req};
-use crate::passthrough::{Entry, Opened};
+use crate::passthrough::{is_nospace, Entry, Opened};
 
 /// COPY_FILE_RANGE answers in a 32-bit `fuse_write_out.size`: never copy more than fits.
 const MAX_COPY: u64 = 0xffff_f000;
@@ -161,9 +161,15 @@ impl FuseServer {
         if size > r.available_bytes() {
             return Err(einval());
         }
-        let n = self
-            .fs
-            .with_file(i.fh, |f| write_file_from(r, f, size, i.offset))?;
+        let mut write = || {
+            self.fs
+                .with_file(i.fh, |f| write_file_from(r, f, size, i.offset))
+        };
+        // A failed pwritev consumed nothing of `r`: it can be tried again.
+        let n = match write() {
+            Err(e) if is_nospace(&e) && self.fs.reclaim_deleted() => write()?,
+            other => other?,
+        };
         self.count_bytes(FUSE_WRITE, n);
         let out = WriteOut {
             size: n as u32,

@@ -20,7 +20,7 @@ impl PassthroughFs {
         if !inode.is_dir() {
             return Err(err(libc::ENOTDIR));
         }
-        let token = self.budget.take()?;
+        let token = self.take_token()?;
         let fd = inode.open(
             &self.mounts,
             self.proc_self_fd.as_fd(),

@@ -12,7 +12,7 @@ use super::sys::{self, check};
 use super::{check_name, err, Attr, Context, Entry, PassthroughFs, FUSE_ATTR_SUBMOUNT};
 use crate::credentials::Credentials;
 use crate::file_handle::FileHandle;
-use crate::inode_table::{Inode, InodeKey, InodeSource};
+use crate::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
 
 const FATTR_MODE: u32 = 1 << 0;
 const FATTR_UID: u32 = 1 << 1;
@@ -41,7 +41,10 @@ impl PassthroughFs {
             mnt_id: st.stx_mnt_id,
         };
         let inode = match self.inodes.ref_existing(&key) {
-            Some(inode) if !self.is_replaced(&inode, fd.as_fd())? => inode,
+            Some(inode) if !self.is_replaced(&inode, fd.as_fd())? => {
+                self.cache_fd(&inode, fd);
+                inode
+            }
             existing => {
                 // A node of a deleted inode whose number the host reused stays stale (ESTALE)
                 // for the guest until it forgets it; the name gets a new node.
@@ -49,8 +52,12 @@ impl PassthroughFs {
                     self.forget(stale.nodeid, 1);
                 }
                 let kind = st.stx_mode as u32 & libc::S_IFMT;
-                self.inodes
-                    .insert(Inode::new(key, kind, self.source_for(fd, kind)?))
+                let (source, fd) = self.source_for(fd, kind)?;
+                let inode = self.inodes.insert(Inode::new(key, kind, source));
+                if let Some(fd) = fd {
+                    self.cache_fd(&inode, fd);
+                }
+                inode
             }
         };
         let submount =
@@ -70,8 +77,9 @@ impl PassthroughFs {
         })
     }
 
-    /// How a newly seen inode (of type `kind`) will be reached: its handle, or `fd` itself.
-    fn source_for(&self, fd: OwnedFd, kind: u32) -> io::Result<InodeSource> {
+    /// How a newly seen inode (of type `kind`) will be reached: its handle (and then `fd` is
+    /// given back, for the fd cache), or `fd` itself.
+    fn source_for(&self, fd: OwnedFd, kind: u32) -> io::Result<(InodeSource, Option<OwnedFd>)> {
         if self.use_handles {
             let handle = FileHandle::from_fd(fd.as_fd(), c"")?
                 .ok_or_else(|| err(libc::EOPNOTSUPP))
@@ -81,7 +89,7 @@ impl PassthroughFs {
                     Ok(h)
                 });
             match handle {
-                Ok(h) => return Ok(InodeSource::Handle(h)),
+                Ok(h) => return Ok((InodeSource::Handle(h), Some(fd))),
                 // A sub-filesystem without handles: the lookup fails, the daemon goes on.
                 Err(e)
                     if self.cfg.inode_file_handles == crate::cli::InodeFileHandles::Mandatory =>
@@ -91,10 +99,8 @@ impl PassthroughFs {
                 Err(_) => {}
             }
         }
-        Ok(InodeSource::Fd {
-            fd,
-            _token: self.budget.take()?,
-        })
+        let token = self.take_token()?;
+        Ok((InodeSource::Fd { fd, _token: token }, None))
     }
 
     fn entry(&self, inode: &Arc<Inode>, attr: libc::statx, attr_flags: u32) -> Entry {
@@ -164,7 +170,17 @@ impl PassthroughFs {
         }
         let inode = self.inodes.get(nodeid)?;
         let fd = self.path_fd(&inode)?;
-        sys::statx(fd.as_fd(), c"", flags, mask)
+        let st = sys::statx(fd.as_fd(), c"", flags, mask)?;
+        if st.stx_nlink == 0 && matches!(inode.source, InodeSource::Handle(_)) {
+            // Deleted on the host: drop the cached fd that holds it, and answer as the handle
+            // does (ESTALE, unless the inode is still open somewhere).
+            if let InodeFd::Shared(fd) = fd {
+                self.fd_cache.evict_fd(nodeid, &fd);
+            }
+            let fd = self.path_fd(&inode)?;
+            return sys::statx(fd.as_fd(), c"", flags, mask);
+        }
+        Ok(st)
     }
 
     pub fn setattr(&self, ctx: &Context, nodeid: u64, attr: &SetattrIn) -> io::Result<Attr> {
@@ -311,7 +327,7 @@ impl PassthroughFs {
         parent: u64,
         name: &CStr,
         umask: Option<u32>,
-        make: impl FnOnce(BorrowedFd, u32) -> libc::c_int,
+        make: impl Fn(BorrowedFd, u32) -> libc::c_int,
     ) -> io::Result<Entry> {
         self.check_writable()?;
         check_name(name)?;
@@ -320,7 +336,7 @@ impl PassthroughFs {
         let mask = self.creation_umask(fd.as_fd(), umask)?;
         {
             let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
-            check(make(fd.as_fd(), mask))?;
+            self.retry_nospace(|| check(make(fd.as_fd(), mask)))?;
         }
         self.lookup_at(&dir, fd.as_fd(), name)
     }
@@ -380,8 +396,29 @@ impl PassthroughFs {
         check_name(name)?;
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
+        self.uncache_name(fd.as_fd(), name);
         // SAFETY: valid fd and C string.
         check(unsafe { libc::unlinkat(fd.as_fd().as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+    }
+
+    /// Drops the cached fd of the inode `name` in `dir` names (about to be unlinked or renamed
+    /// over), so the cache does not keep a deleted file's data alive while the guest holds its
+    /// node (a guest may never forget it).
+    fn uncache_name(&self, dir: BorrowedFd, name: &CStr) {
+        if self.fd_cache.is_empty() {
+            return;
+        }
+        let Ok(st) = sys::statx(dir, name, 0, libc::STATX_INO | libc::STATX_MNT_ID) else {
+            return;
+        };
+        let key = InodeKey {
+            ino: st.stx_ino,
+            dev: sys::dev_of(&st),
+            mnt_id: st.stx_mnt_id,
+        };
+        if let Some(id) = self.inodes.id_of(&key) {
+            self.fd_cache.evict(id);
+        }
     }
 
     pub fn unlink(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<()> {
@@ -410,6 +447,9 @@ impl PassthroughFs {
         }
         let (old, new) = (self.dir(olddir)?, self.dir(newdir)?);
         let (oldfd, newfd) = (self.path_fd(&old)?, self.path_fd(&new)?);
+        if flags & libc::RENAME_EXCHANGE == 0 {
+            self.uncache_name(newfd.as_fd(), newname);
+        }
         // SAFETY: valid fds and C strings.
         check(unsafe {
             libc::renameat2(

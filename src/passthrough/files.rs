@@ -53,7 +53,7 @@ impl PassthroughFs {
         if inode.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(err(libc::EISDIR));
         }
-        let token = self.budget.take()?;
+        let token = self.take_token()?;
         let fd = inode.open(&self.mounts, self.proc_self_fd.as_fd(), flags)?;
         let fh = self
             .handles
@@ -86,10 +86,10 @@ impl PassthroughFs {
         }
         let dirfd = self.path_fd(&dir)?;
         let mask = self.creation_umask(dirfd.as_fd(), umask)?;
-        let token = self.budget.take()?;
+        let token = self.take_token()?;
         let fd = {
             let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
-            sys::openat(dirfd.as_fd(), name, flags, mode & 0o7777 & !mask)?
+            self.retry_nospace(|| sys::openat(dirfd.as_fd(), name, flags, mode & 0o7777 & !mask))?
         };
         let entry = self.lookup_at(&dir, dirfd.as_fd(), name)?;
         let fh = self
@@ -126,7 +126,7 @@ impl PassthroughFs {
         }
         let dirfd = self.path_fd(&dir)?;
         let mask = self.creation_umask(dirfd.as_fd(), umask)?;
-        let (file_token, path_token) = (self.budget.take()?, self.budget.take()?);
+        let (file_token, path_token) = (self.take_token()?, self.take_token()?);
         let fd = {
             let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
             let mode = mode & 0o7777 & !mask;
@@ -212,8 +212,11 @@ impl PassthroughFs {
         let f = self.handles.get(fh)?;
         let off = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
         let len = i64::try_from(length).map_err(|_| err(libc::EINVAL))?;
-        // SAFETY: valid fd.
-        check(unsafe { libc::fallocate64(f.file.as_raw_fd(), mode as i32, off, len) }).map(drop)
+        self.retry_nospace(|| {
+            // SAFETY: valid fd.
+            check(unsafe { libc::fallocate64(f.file.as_raw_fd(), mode as i32, off, len) })
+        })
+        .map(drop)
     }
 
     pub fn lseek(

@@ -22,12 +22,12 @@ mod xattrs;
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cli::InodeFileHandles;
-use crate::fd_budget::FdBudget;
+use crate::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
 use crate::fd_cache::FdCache;
 use crate::file_handle::{FileHandle, MountFds};
 use crate::handle_table::HandleTable;
@@ -107,6 +107,9 @@ pub struct FsConfig {
 }
 
 const FUSE_ATTR_SUBMOUNT: u32 = 1;
+/// Cached inode fds given back at once when the budget is spent (a few, so a burst of opens
+/// does not shed one at a time).
+const SHED_BATCH: usize = 16;
 const FOPEN_DIRECT_IO: u32 = 1;
 const FOPEN_KEEP_CACHE: u32 = 2;
 
@@ -117,7 +120,7 @@ pub struct PassthroughFs {
     inodes: InodeTable,
     handles: HandleTable,
     mounts: MountFds,
-    /// O_PATH fds of recently used handle-backed inodes.
+    /// O_PATH fds of handle-backed inodes, while the fd budget has room for them.
     fd_cache: FdCache,
     budget: Arc<FdBudget>,
     /// `/proc/self/fd`, opened before any sandboxing, to re-open O_PATH fds.
@@ -126,6 +129,23 @@ pub struct PassthroughFs {
 
 fn err(errno: i32) -> io::Error {
     io::Error::from_raw_os_error(errno)
+}
+
+/// Makes the kernel's fd table of this process `n` fds large now. It grows by doubling as fds are
+/// opened, and in a multi-threaded process every doubling waits for an RCU grace period (up to
+/// milliseconds): filling the fd cache would stall requests that many times.
+fn grow_fd_table(any: BorrowedFd, n: usize) {
+    // SAFETY: F_DUPFD_CLOEXEC of a valid fd; the new fd is closed at once.
+    let fd = unsafe { libc::fcntl(any.as_raw_fd(), libc::F_DUPFD_CLOEXEC, n as libc::c_int) };
+    if fd >= 0 {
+        // SAFETY: `fd` was just opened here and is not used elsewhere.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// ENOSPC or EDQUOT.
+pub fn is_nospace(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 /// Refuses names that are not a single path component.
@@ -200,13 +220,17 @@ impl PassthroughFs {
                 _token: token,
             },
         );
+        let fd_cache = FdCache::new(Arc::clone(&budget));
+        if use_handles {
+            grow_fd_table(proc_self_fd.as_fd(), fd_cache.capacity() + DAEMON_RESERVE);
+        }
         Ok(PassthroughFs {
             cfg,
             use_handles,
             inodes: InodeTable::new(root),
             handles: HandleTable::default(),
             mounts,
-            fd_cache: FdCache::default(),
+            fd_cache,
             budget,
             proc_self_fd,
         })
@@ -268,6 +292,46 @@ impl PassthroughFs {
                 self.fd_cache.insert(inode.nodeid, Arc::clone(&fd));
                 Ok(InodeFd::Shared(fd))
             }
+        }
+    }
+
+    /// One fd of the guest's budget for a file, directory or inode fd the guest will hold; when
+    /// the budget is spent, cached inode fds are given back first.
+    fn take_token(&self) -> io::Result<FdToken> {
+        if let Some(t) = self.budget.try_take() {
+            return Ok(t);
+        }
+        self.fd_cache.shed(SHED_BATCH);
+        self.budget.take()
+    }
+
+    /// Drops the cached fds of inodes deleted meanwhile (by the host: the guest's own unlinks
+    /// drop them at once), which hold their data; returns whether there were any. Called when
+    /// the host filesystem is full.
+    pub fn reclaim_deleted(&self) -> bool {
+        let mut any = false;
+        for (nodeid, fd) in self.fd_cache.snapshot() {
+            if sys::statx(fd.as_fd(), c"", 0, libc::STATX_NLINK).is_ok_and(|st| st.stx_nlink == 0) {
+                self.fd_cache.evict_fd(nodeid, &fd);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Runs `f` and, if it fails for lack of space while the fd cache held deleted files, once
+    /// more after dropping them.
+    fn retry_nospace<T>(&self, mut f: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+        match f() {
+            Err(e) if is_nospace(&e) && self.reclaim_deleted() => f(),
+            other => other,
+        }
+    }
+
+    /// Keeps `fd`, an O_PATH fd on the handle-backed `inode`, for its next operations.
+    fn cache_fd(&self, inode: &Inode, fd: OwnedFd) {
+        if matches!(inode.source, InodeSource::Handle(_)) {
+            self.fd_cache.insert(inode.nodeid, Arc::new(fd));
         }
     }
 
