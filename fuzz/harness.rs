@@ -2,7 +2,7 @@
 //! and the corpus replay test (`tests/fuzz_corpus.rs`), so both run the same code path.
 //!
 //! An input is a list of chains; each one is published on a fresh split queue in real guest
-//! memory (`GuestMemoryMmap<BitmapMmapRegion>`, as the device uses) and served by
+//! memory (`GuestMemoryMmap<()>`, as the device uses) and served by
 //! `FuseServer::handle_chain` over a `PassthroughFs` of a scratch share. Format of one chain:
 //!
 //! ```text
@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use vhost_user_backend::bitmap::BitmapMmapRegion;
 use vhostfs::cli::InodeFileHandles;
 use vhostfs::fuse_server::abi::*;
 use vhostfs::fuse_server::{FuseServer, ServerOptions};
@@ -36,7 +35,7 @@ use vm_memory::{
     ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap,
 };
 
-type Mem = GuestMemoryMmap<BitmapMmapRegion>;
+type Mem = GuestMemoryMmap<()>;
 
 const F_NEXT: u16 = 1;
 const F_WRITE: u16 = 2;

@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
-use vhost_user_backend::bitmap::BitmapMmapRegion;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
@@ -29,8 +28,10 @@ use vmm_sys_util::event::{
 use crate::fuse_server::FuseServer;
 use crate::worker_pool::WorkerPool;
 
-/// Guest memory as the backend maps it (with dirty-page logging support).
-pub type GuestMemory = GuestMemoryMmap<BitmapMmapRegion>;
+/// Guest memory as the backend maps it. No dirty-page bitmap: the device does not offer
+/// `LOG_SHMFD` (no live migration), and vhost-user-backend's bitmap type takes a shared
+/// `RwLock` on every write to guest memory even when nothing is logged.
+pub type GuestMemory = GuestMemoryMmap<()>;
 type Vring = VringRwLock<GuestMemoryAtomic<GuestMemory>>;
 
 /// Request queues offered to the frontend (plus the high-priority queue).
@@ -201,7 +202,7 @@ fn complete(vring: &Vring, head: u16, used: u32, event_idx: bool) -> io::Result<
 }
 
 impl VhostUserBackend for VhostFsBackend {
-    type Bitmap = BitmapMmapRegion;
+    type Bitmap = ();
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {

@@ -1,12 +1,11 @@
 //! Dispatcher tests on real guest memory and real descriptor chains: the memory type the
-//! vhost-user device uses (`GuestMemoryAtomic<GuestMemoryMmap<BitmapMmapRegion>>`, chains over
+//! vhost-user device uses (`GuestMemoryAtomic<GuestMemoryMmap<()>>`, chains over
 //! `GuestMemoryLoadGuard`), a hand-written descriptor table and available ring, and the stub
 //! filesystem.
 
 use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi as fa;
-use vhost_user_backend::bitmap::BitmapMmapRegion;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{
     ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap,
@@ -27,7 +26,7 @@ const READ_BASE: u64 = 0x10_0000;
 const WRITE_BASE: u64 = 0x80_0000;
 pub(super) const MEM_SIZE: usize = 0x100_0000;
 
-pub(super) type VhostMem = GuestMemoryMmap<BitmapMmapRegion>;
+pub(super) type VhostMem = GuestMemoryMmap<()>;
 
 /// A fresh, empty share, removed on drop: the tests never touch anything else.
 pub(super) struct Share(std::path::PathBuf);
