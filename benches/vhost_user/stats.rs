@@ -30,6 +30,19 @@ impl Measured {
     }
 }
 
+impl Measured {
+    /// Phases of equal work run one after the other, as one: the harmonic mean of their rates
+    /// (total work over total time); latencies from the slowest phase's percentiles.
+    pub fn combine(phases: &[Measured]) -> Measured {
+        let secs_per_op: f64 = phases.iter().map(|m| 1.0 / m.ops_per_sec).sum();
+        Measured {
+            ops_per_sec: phases.len() as f64 / secs_per_op,
+            p50: phases.iter().map(|m| m.p50).max().unwrap_or_default(),
+            p99: phases.iter().map(|m| m.p99).max().unwrap_or_default(),
+        }
+    }
+}
+
 /// The run with the median throughput (the upper one of an even count).
 pub fn median(runs: &[Measured]) -> Option<Measured> {
     let mut sorted = runs.to_vec();
