@@ -36,6 +36,12 @@ type Vring = VringRwLock<GuestMemoryAtomic<GuestMemory>>;
 
 /// Request queues offered to the frontend (plus the high-priority queue).
 pub const MAX_REQUEST_QUEUES: usize = 8;
+/// Chains waiting behind the one just popped that make a queue thread ask a pool thread for
+/// help. A few requests (a guest's 1 MiB I/O keeps 4 or so in flight) are served faster by one
+/// thread than by several contending for the ring and for the file's inode lock; a deep queue of
+/// small requests is served faster in parallel.
+const RECRUIT_BACKLOG: u16 = 8;
+
 /// Largest queue the frontend may configure.
 pub const MAX_QUEUE_SIZE: usize = 1024;
 
@@ -131,9 +137,9 @@ impl VhostFsBackend {
     }
 
     /// Pops and serves chains until `vring` is empty. The thread that pops a chain serves it:
-    /// no hand-over, so one request in flight costs no thread switch. With `recruit`, when
-    /// chains are still waiting after a pop, an idle pool thread (if any) is asked to drain the
-    /// queue alongside, so a backlog is served in parallel.
+    /// no hand-over, so one request in flight costs no thread switch. With `recruit`, when at
+    /// least [`RECRUIT_BACKLOG`] chains are still waiting after a pop, an idle pool thread (if
+    /// any) is asked to drain the queue alongside, so a backlog is served in parallel.
     fn drain(
         &self,
         vring: &Vring,
@@ -147,14 +153,16 @@ impl VhostFsBackend {
                 let mut state = vring.get_mut();
                 let queue = state.get_queue_mut();
                 let chain = queue.pop_descriptor_chain(mem.clone());
-                let backlog = chain.is_some()
-                    && queue
+                let backlog = match (&chain, recruit) {
+                    (Some(_), true) => queue
                         .avail_idx(&*mem, Ordering::Acquire)
-                        .is_ok_and(|avail| avail.0 != queue.next_avail());
+                        .map_or(0, |avail| avail.0.wrapping_sub(queue.next_avail())),
+                    _ => 0,
+                };
                 (chain, backlog)
             };
             let Some(chain) = chain else { return Ok(()) };
-            if recruit && backlog {
+            if backlog >= RECRUIT_BACKLOG {
                 self.recruit_helper(vring, atomic, event_idx);
             }
             let head = chain.head_index();
