@@ -5,6 +5,7 @@
 //! opcodes are matched here with a checked `match` on the raw number.
 
 pub mod abi;
+mod counters;
 mod dir;
 mod file;
 pub mod init;
@@ -13,7 +14,7 @@ mod reply;
 
 use std::io::{self, Read};
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter, Writer};
@@ -21,6 +22,7 @@ use vm_memory::bitmap::BitmapSlice;
 use vm_memory::{ByteValued, GuestMemory};
 
 use abi::*;
+use counters::Counters;
 use reply::{einval, errno_of};
 
 use crate::cli::Negotiation;
@@ -67,9 +69,8 @@ pub struct FuseServer {
     initialized: AtomicBool,
     /// The last INIT negotiated FUSE_DONT_MASK: creation requests carry the umask to apply.
     dont_mask: AtomicBool,
-    counters: [AtomicU64; UNKNOWN_SLOT + 1],
-    /// Data bytes moved per opcode slot: READ (file → guest) and WRITE (guest → file).
-    bytes: [AtomicU64; UNKNOWN_SLOT + 1],
+    /// Requests, and data bytes moved (READ: file → guest, WRITE: guest → file), per opcode slot.
+    counters: Counters<{ UNKNOWN_SLOT + 1 }>,
 }
 
 /// What [`FuseServer::stats`] reports for one opcode.
@@ -114,8 +115,7 @@ impl FuseServer {
             opts,
             initialized: AtomicBool::new(false),
             dont_mask: AtomicBool::new(false),
-            counters: std::array::from_fn(|_| AtomicU64::new(0)),
-            bytes: std::array::from_fn(|_| AtomicU64::new(0)),
+            counters: Counters::default(),
         }
     }
 
@@ -148,22 +148,15 @@ impl FuseServer {
     /// Requests and data bytes per opcode, for opcodes seen at least once, in opcode order;
     /// requests with an opcode we do not know are counted as "UNKNOWN".
     pub fn stats(&self) -> Vec<OpStats> {
-        self.counters
-            .iter()
-            .zip(&self.bytes)
-            .enumerate()
-            .filter_map(|(i, (c, b))| {
-                let count = c.load(Ordering::Relaxed);
+        (0..=UNKNOWN_SLOT)
+            .filter_map(|i| {
+                let (count, bytes) = self.counters.get(i);
                 let name = if i == UNKNOWN_SLOT {
                     "UNKNOWN"
                 } else {
                     opcode_name(i as u32)?
                 };
-                (count > 0).then_some(OpStats {
-                    name,
-                    count,
-                    bytes: b.load(Ordering::Relaxed),
-                })
+                (count > 0).then_some(OpStats { name, count, bytes })
             })
             .collect()
     }
@@ -182,12 +175,12 @@ impl FuseServer {
     }
 
     fn count(&self, opcode: u32) {
-        self.counters[slot_of(opcode)].fetch_add(1, Ordering::Relaxed);
+        self.counters.count(slot_of(opcode));
     }
 
     /// Adds `n` data bytes to a (known) opcode's counter.
     fn count_bytes(&self, opcode: u32, n: usize) {
-        self.bytes[slot_of(opcode)].fetch_add(n as u64, Ordering::Relaxed);
+        self.counters.add_bytes(slot_of(opcode), n as u64);
     }
 
     fn handle<S: BitmapSlice>(&self, mut r: Reader<S>, mut w: Writer<S>) -> u32 {
