@@ -19,6 +19,8 @@ const MIB: u64 = 1 << 20;
 const HDR: usize = std::mem::size_of::<OutHeader>();
 /// Reply space of LOOKUP and CREATE's entry part.
 const ENTRY: usize = HDR + std::mem::size_of::<EntryOut>();
+/// `fuse_in_header`.
+const HDR_IN: usize = std::mem::size_of::<InHeader>();
 /// Requests in flight per thread for small operations (times `Ctx::mult`).
 const SMALL_DEPTH: usize = 64;
 /// 1 MiB requests in flight per thread (times `Ctx::mult`).
@@ -130,7 +132,7 @@ impl Workload {
                 }
             }
             Workload::Randread | Workload::Seqread | Workload::Mixed => {
-                let block: Vec<u8> = (0..MIB).map(|i| (i * 7 + i / 4096) as u8).collect();
+                let block: Vec<u8> = (0..MIB).map(data_byte).collect();
                 let mut data = Vec::with_capacity(sizes.data_file as usize);
                 while (data.len() as u64) < sizes.data_file {
                     data.extend_from_slice(&block);
@@ -168,6 +170,12 @@ pub struct Ctx<'a> {
     pub sizes: &'a Sizes,
 }
 
+/// The byte at `offset` of the data file.
+fn data_byte(offset: u64) -> u8 {
+    let i = offset % MIB;
+    (i * 7 + i / 4096) as u8
+}
+
 fn file_name(i: usize) -> String {
     format!("f{i:05}")
 }
@@ -200,6 +208,27 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
+}
+
+/// Bytes of each READ reply the client looks at (the rest stays in guest memory, as in a guest's
+/// page cache): enough to check a few bytes of data, or a `fuse_write_out`.
+const KEEP: usize = 16;
+
+/// [`pipeline`] for READ and WRITE requests: returns `(body length, first KEEP bytes of the
+/// body)` per request.
+fn pipeline_data(
+    c: &FuseClient,
+    reqs: &[(Vec<u8>, usize)],
+    depth: usize,
+    what: &str,
+    lat: &mut Vec<Duration>,
+) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    let (replies, l) = c.pipeline_capped(reqs, depth, KEEP);
+    lat.extend(l);
+    replies
+        .into_iter()
+        .map(|r| r.map_err(|e| fuse_err(what, e)))
+        .collect()
 }
 
 /// Run `reqs` with `depth` in flight; appends the latencies and fails on any error reply.
@@ -539,11 +568,27 @@ fn check_written(replies: &[Vec<u8>], size: u32) -> Result<(), String> {
     }
 }
 
-fn check_read(replies: &[Vec<u8>], size: u32) -> Result<(), String> {
-    match replies.iter().find(|r| r.len() != size as usize) {
-        Some(r) => Err(format!("READ returned {} of {size} bytes", r.len())),
-        None => Ok(()),
+/// `replies` from [`pipeline_data`]: every READ returned `size` bytes, starting with what the
+/// data file holds at that offset.
+fn check_read(
+    reqs: &[(Vec<u8>, usize)],
+    replies: &[(usize, Vec<u8>)],
+    size: u32,
+) -> Result<(), String> {
+    for (req, (len, head)) in reqs.iter().zip(replies) {
+        if *len != size as usize {
+            return Err(format!("READ returned {len} of {size} bytes"));
+        }
+        let off = from_bytes::<ReadIn>(&req.0[HDR_IN..], "READ").offset;
+        if head
+            .iter()
+            .enumerate()
+            .any(|(i, &b)| b != data_byte(off + i as u64))
+        {
+            return Err(format!("READ at {off}: wrong data"));
+        }
     }
+    Ok(())
 }
 
 /// Open the data file once per thread (untimed); returns its node ID and one fh per thread.
@@ -583,8 +628,8 @@ fn randread(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
             })
             .collect();
         move |lat: &mut Vec<Duration>| {
-            let replies = pipeline(c, &reqs, SMALL_DEPTH * ctx.mult, "READ", lat)?;
-            check_read(&replies, SMALL_IO)
+            let replies = pipeline_data(c, &reqs, SMALL_DEPTH * ctx.mult, "READ", lat)?;
+            check_read(&reqs, &replies, SMALL_IO)
         }
     })?;
     close_data(ctx, node, &fhs, libc::O_RDONLY)?;
@@ -607,8 +652,8 @@ fn seqread(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
             .map(|chunk| read_req(c, node, fhs[t as usize], chunk * u64::from(BIG_IO), BIG_IO))
             .collect();
         move |lat: &mut Vec<Duration>| {
-            let replies = pipeline(c, &reqs, BIG_DEPTH * ctx.mult, "READ", lat)?;
-            check_read(&replies, BIG_IO)
+            let replies = pipeline_data(c, &reqs, BIG_DEPTH * ctx.mult, "READ", lat)?;
+            check_read(&reqs, &replies, BIG_IO)
         }
     })?;
     close_data(ctx, node, &fhs, libc::O_RDONLY)?;
@@ -677,13 +722,13 @@ fn mixed(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
         }
         let depth = STREAM_DEPTH * streams.len();
         move |lat: &mut Vec<Duration>| {
-            let replies = pipeline(c, &reqs, depth, "READ/WRITE", lat)?;
-            for (req, reply) in reqs.iter().zip(&replies) {
+            let replies = pipeline_data(c, &reqs, depth, "READ/WRITE", lat)?;
+            for (req, reply) in reqs.iter().zip(replies) {
                 let opcode = u32::from_le_bytes(req.0[4..8].try_into().unwrap());
                 if opcode == FUSE_READ {
-                    check_read(std::slice::from_ref(reply), SMALL_IO)?;
+                    check_read(std::slice::from_ref(req), &[reply], SMALL_IO)?;
                 } else {
-                    check_written(std::slice::from_ref(reply), SMALL_IO)?;
+                    check_written(&[reply.1], SMALL_IO)?;
                 }
             }
             Ok(())

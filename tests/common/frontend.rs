@@ -280,7 +280,7 @@ impl TestGuest {
         vq.publish()?;
         let deadline = Instant::now() + REPLY_TIMEOUT;
         match vq.wait_used(deadline)? {
-            Some(c) if c.head == head => reply_bytes(&c, reply_len),
+            Some(c) if c.head == head => reply_bytes(&c, reply_len, usize::MAX),
             Some(c) => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("expected head {head}, device returned {}", c.head),
@@ -350,7 +350,22 @@ impl TestGuest {
         requests: &[(Vec<u8>, usize)],
         max_in_flight: usize,
     ) -> io::Result<(Vec<Vec<u8>>, Vec<Duration>)> {
+        self.pipeline_capped(q, requests, max_in_flight, usize::MAX)
+            .map(|p| (p.replies, p.latencies))
+    }
+
+    /// [`TestGuest::pipeline_timed`] that copies only the first `keep` bytes of each reply out of
+    /// guest memory (a guest's page cache keeps READ data where the device put it; copying
+    /// megabytes out would make the client, not the daemon, the bottleneck).
+    pub fn pipeline_capped(
+        &self,
+        q: usize,
+        requests: &[(Vec<u8>, usize)],
+        max_in_flight: usize,
+        keep: usize,
+    ) -> io::Result<Pipelined> {
         let mut vq = self.request_queue(q)?;
+        let mut lens = vec![0; requests.len()];
         let mut replies: Vec<Option<Vec<u8>>> = vec![None; requests.len()];
         let mut submitted = vec![None; requests.len()];
         let mut latencies = vec![Duration::ZERO; requests.len()];
@@ -395,7 +410,8 @@ impl TestGuest {
                 let now = Instant::now();
                 outstanding.retain(|&h| h != c.head);
                 let i = c.token as usize;
-                replies[i] = Some(reply_bytes(&c, requests[i].1)?);
+                replies[i] = Some(reply_bytes(&c, requests[i].1, keep)?);
+                lens[i] = c.len as usize;
                 latencies[i] = submitted[i].map_or(Duration::ZERO, |t| now - t);
                 done += 1;
                 match vq.pop_used()? {
@@ -404,7 +420,11 @@ impl TestGuest {
                 }
             }
         }
-        Ok((replies.into_iter().map(Option::unwrap).collect(), latencies))
+        Ok(Pipelined {
+            replies: replies.into_iter().map(Option::unwrap).collect(),
+            lens,
+            latencies,
+        })
     }
 
     /// Fault injection: submit the raw chain `descs` on request queue `q` and wait up to
@@ -455,7 +475,16 @@ fn raw_chain_on(
     }
 }
 
-fn reply_bytes(c: &Completion, reply_len: usize) -> io::Result<Vec<u8>> {
+/// What [`TestGuest::pipeline_capped`] collected, in request order.
+pub struct Pipelined {
+    /// The first `keep` bytes of each reply.
+    pub replies: Vec<Vec<u8>>,
+    /// The used length of each reply (what the device wrote).
+    pub lens: Vec<usize>,
+    pub latencies: Vec<Duration>,
+}
+
+fn reply_bytes(c: &Completion, reply_len: usize, keep: usize) -> io::Result<Vec<u8>> {
     let len = c.len as usize;
     if len > reply_len {
         return Err(io::Error::new(
@@ -464,7 +493,7 @@ fn reply_bytes(c: &Completion, reply_len: usize) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(match c.bufs.get(1) {
-        Some(reply) => reply.read(0, len),
+        Some(reply) => reply.read(0, len.min(keep)),
         None => Vec::new(),
     })
 }

@@ -48,6 +48,10 @@ pub enum XattrReply {
     Data(Vec<u8>),
 }
 
+/// Replies of [`FuseClient::pipeline_capped`]: `(body length, first bytes of the body)` or the
+/// errno, per request; and the latencies.
+pub type PipelinedReplies = (Vec<Result<(usize, Vec<u8>), i32>>, Vec<std::time::Duration>);
+
 /// Typed FUSE client on one request queue of a [`TestGuest`]; one per thread for multi-queue use.
 pub struct FuseClient {
     guest: Arc<TestGuest>,
@@ -202,11 +206,16 @@ impl FuseClient {
 
     /// Check a reply (fuse_out_header + body) against `request` and split it.
     pub fn parse_reply(request: &[u8], reply: &[u8]) -> Result<Vec<u8>, i32> {
+        Self::parse_head(request, reply, reply.len()).map(|(_, body)| body)
+    }
+
+    /// Checks the reply to `request`, of which `head` is the first bytes and `len` the used
+    /// length; returns the body length and the body bytes in `head`, or the errno.
+    fn parse_head(request: &[u8], head: &[u8], len: usize) -> Result<(usize, Vec<u8>), i32> {
         let unique = u64::from_le_bytes(request[8..16].try_into().unwrap());
-        let out: OutHeader = from_bytes(reply, "fuse_out_header");
+        let out: OutHeader = from_bytes(head, "fuse_out_header");
         assert_eq!(
-            out.len as usize,
-            reply.len(),
+            out.len as usize, len,
             "fuse_out_header.len differs from the used length"
         );
         assert_eq!(
@@ -214,13 +223,10 @@ impl FuseClient {
             "reply unique differs from the request's"
         );
         if out.error != 0 {
-            assert!(
-                out.error < 0 && reply.len() == HDR,
-                "bad error reply {out:?}"
-            );
+            assert!(out.error < 0 && len == HDR, "bad error reply {out:?}");
             return Err(-out.error);
         }
-        Ok(reply[HDR..].to_vec())
+        Ok((len - HDR, head[HDR..].to_vec()))
     }
 
     fn call(
@@ -287,6 +293,27 @@ impl FuseClient {
             .map(|((req, _), reply)| Self::parse_reply(req, &reply))
             .collect();
         (parsed, latencies)
+    }
+
+    /// [`FuseClient::pipeline_timed`] for replies with bulk data (READ): only the reply header and
+    /// the first `keep` bytes of the body are copied out of guest memory; each reply is
+    /// `(body length, first bytes of the body)`.
+    pub fn pipeline_capped(
+        &self,
+        requests: &[(Vec<u8>, usize)],
+        depth: usize,
+        keep: usize,
+    ) -> PipelinedReplies {
+        let p = self
+            .guest
+            .pipeline_capped(self.queue, requests, depth, HDR.saturating_add(keep))
+            .unwrap_or_else(|e| panic!("pipeline on queue {}: {e}", self.queue));
+        let parsed = requests
+            .iter()
+            .zip(p.replies.iter().zip(&p.lens))
+            .map(|((req, _), (head, &len))| Self::parse_head(req, head, len))
+            .collect();
+        (parsed, p.latencies)
     }
 
     /// The security context extension a Linux guest appends to creating requests once
