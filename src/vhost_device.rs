@@ -42,6 +42,24 @@ pub const MAX_REQUEST_QUEUES: usize = 8;
 /// small requests is served faster in parallel.
 const RECRUIT_BACKLOG: u16 = 8;
 
+/// Reply buffers (device-writable bytes) that make a chain a bulk READ: copying that much from a
+/// file into guest memory is worth a second CPU even when only a few such requests wait (reads do
+/// not contend for the file's lock the way writes do).
+const BIG_REPLY: u64 = 64 << 10;
+
+/// Device-writable bytes of `chain`.
+fn reply_room<M>(chain: &virtio_queue::DescriptorChain<M>) -> u64
+where
+    M: Clone + std::ops::Deref,
+    M::Target: vm_memory::GuestMemory,
+{
+    chain
+        .clone()
+        .filter(|d| d.is_write_only())
+        .map(|d| u64::from(d.len()))
+        .sum()
+}
+
 /// Largest queue the frontend may configure.
 pub const MAX_QUEUE_SIZE: usize = 1024;
 
@@ -162,7 +180,7 @@ impl VhostFsBackend {
                 (chain, backlog)
             };
             let Some(chain) = chain else { return Ok(()) };
-            if backlog >= RECRUIT_BACKLOG {
+            if backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply_room(&chain) >= BIG_REPLY) {
                 self.recruit_helper(vring, atomic, event_idx);
             }
             let head = chain.head_index();
