@@ -7,8 +7,9 @@
 //! (with EVENT_IDX, only when the guest asked to be notified). With `--thread-pool-size N`, pool
 //! threads join a queue thread whose queue has a backlog and drain it alongside.
 //!
-//! Locks: the vring's own lock is taken only to pop a chain and to add a used entry, never while a
-//! request runs, so the frontend thread (GET_VRING_BASE and friends) is never blocked by I/O.
+//! Locks: the vring's own lock is taken only to add the last request's used entry and pop the
+//! next chain (both under one acquisition), never while a request runs, so the frontend thread
+//! (GET_VRING_BASE and friends) is never blocked by I/O.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -33,6 +34,7 @@ use crate::worker_pool::WorkerPool;
 /// `RwLock` on every write to guest memory even when nothing is logged.
 pub type GuestMemory = GuestMemoryMmap<()>;
 type Vring = VringRwLock<GuestMemoryAtomic<GuestMemory>>;
+type VringState = vhost_user_backend::VringState<GuestMemoryAtomic<GuestMemory>>;
 
 /// Request queues offered to the frontend (plus the high-priority queue).
 pub const MAX_REQUEST_QUEUES: usize = 8;
@@ -165,10 +167,15 @@ impl VhostFsBackend {
         event_idx: bool,
         recruit: bool,
     ) -> io::Result<()> {
+        // The last request served: its used entry goes in with the next pop, under one lock.
+        let mut served = None;
         loop {
             let mem = atomic.memory();
             let (chain, backlog) = {
                 let mut state = vring.get_mut();
+                if let Some((head, used)) = served.take() {
+                    complete(&mut state, head, used, event_idx)?;
+                }
                 let queue = state.get_queue_mut();
                 let chain = queue.pop_descriptor_chain(mem.clone());
                 let backlog = match (&chain, recruit) {
@@ -184,8 +191,7 @@ impl VhostFsBackend {
                 self.recruit_helper(vring, atomic, event_idx);
             }
             let head = chain.head_index();
-            let used = self.inner.server.handle_chain(&*mem, chain);
-            complete(vring, head, used, event_idx)?;
+            served = Some((head, self.inner.server.handle_chain(&*mem, chain)));
         }
     }
 
@@ -214,8 +220,7 @@ impl VhostFsBackend {
 /// Puts a served chain in the used ring and notifies the guest if it wants to be. A request
 /// that completes after the frontend stopped the ring (GET_VRING_BASE: device reset, VM stop)
 /// is dropped: the ring may already be someone else's memory, and the guest gave it up.
-fn complete(vring: &Vring, head: u16, used: u32, event_idx: bool) -> io::Result<()> {
-    let mut state = vring.get_mut();
+fn complete(state: &mut VringState, head: u16, used: u32, event_idx: bool) -> io::Result<()> {
     if !state.get_queue().ready() {
         log::debug!("request completed after its queue was stopped: dropped");
         return Ok(());
