@@ -40,7 +40,13 @@ impl PassthroughFs {
             dev: sys::dev_of(&st),
             mnt_id: st.stx_mnt_id,
         };
-        let inode = match self.inodes.ref_existing(&key) {
+        let existing = self.inodes.ref_existing(&key);
+        // A cached fd pins its inode, so no other file can have its number: the key is enough.
+        let pinned = existing
+            .as_ref()
+            .is_some_and(|inode| self.fd_cache.get(inode.nodeid).is_some());
+        let inode = match existing {
+            Some(inode) if pinned => inode,
             Some(inode) if !self.is_replaced(&inode, fd.as_fd())? => {
                 self.cache_fd(&inode, fd);
                 inode
