@@ -399,6 +399,32 @@ fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
     out
 }
 
+/// The per-file check of daemon A, if the `perfile` rows are there (see
+/// `workloads/perfile.rs`): random READs of one file by all threads against a file per thread,
+/// and WRITEs to one file by all threads against one thread.
+fn per_file_check(rows: &[Row], specs: &[DaemonSpec]) -> Option<String> {
+    use workloads::perfile::{READ_ONE, READ_OWN, WRITE_ONE};
+    let a = specs.iter().position(|s| s.side == Side::A)?;
+    let rate = |label: &str, config: usize| {
+        let row = rows
+            .iter()
+            .find(|r| r.label == label && r.config == config)?;
+        median(&row.runs[a]).map(|m| m.ops_per_sec)
+    };
+    let reads = rate(READ_ONE, 1)? / rate(READ_OWN, 1)?;
+    let writes = rate(WRITE_ONE, 1)? / rate(WRITE_ONE, 0)?;
+    let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
+    let threads = Shape::of(1, specs[a].max_queues).label();
+    Some(format!(
+        "Per-file check ({}): with {threads}, 4 KiB random READs of one file reach {reads:.2} of \
+         the rate with a file per thread (≥ 0.90: {}); WRITEs of one file, a region per thread, \
+         reach {writes:.2} of the rate of one thread on 1 queue (≥ 1.00: {}).\n",
+        side_name(&specs[a]),
+        verdict(reads >= 0.90),
+        verdict(writes >= 1.0)
+    ))
+}
+
 fn main() {
     let args = Args::parse();
     match run(&args) {
@@ -541,6 +567,10 @@ fn run(args: &Args) -> Result<bool, String> {
     }
     report.push('\n');
     report.push_str(&table(&rows, &specs));
+    if let Some(check) = per_file_check(&rows, &specs) {
+        report.push('\n');
+        report.push_str(&check);
+    }
     if !errors.is_empty() {
         writeln!(report, "\n{} run(s) failed:", errors.len()).unwrap();
         for e in &errors {

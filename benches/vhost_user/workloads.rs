@@ -14,6 +14,9 @@ use crate::common::fuse_client::{from_bytes, parse_readdirplus};
 use crate::common::FuseClient;
 use crate::stats::Measured;
 
+#[path = "workloads/perfile.rs"]
+pub mod perfile;
+
 const MIB: u64 = 1 << 20;
 /// Reply header size.
 const HDR: usize = std::mem::size_of::<OutHeader>();
@@ -103,10 +106,12 @@ pub enum Workload {
     Seqwrite,
     /// 4 readers and 4 writers, 4 KiB random, on disjoint regions of the data file.
     Mixed,
+    /// The per-file check: random READs of one file vs a file per thread; WRITEs of one file.
+    Perfile,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::Lookup,
         Workload::Readdirplus,
         Workload::Create,
@@ -114,6 +119,7 @@ impl Workload {
         Workload::Seqread,
         Workload::Seqwrite,
         Workload::Mixed,
+        Workload::Perfile,
     ];
 
     /// Populate `dir` with what this workload needs (the template copied for every run).
@@ -132,14 +138,9 @@ impl Workload {
                 }
             }
             Workload::Randread | Workload::Seqread | Workload::Mixed => {
-                let block: Vec<u8> = (0..MIB).map(data_byte).collect();
-                let mut data = Vec::with_capacity(sizes.data_file as usize);
-                while (data.len() as u64) < sizes.data_file {
-                    data.extend_from_slice(&block);
-                }
-                data.truncate(sizes.data_file as usize);
-                fs::write(dir.join(DATA_FILE), data)?;
+                fs::write(dir.join(DATA_FILE), data_file_bytes(sizes.data_file))?;
             }
+            Workload::Perfile => perfile::prepare(dir, sizes, crate::MQ)?,
             Workload::Seqwrite => {}
         }
         Ok(())
@@ -155,6 +156,7 @@ impl Workload {
             Workload::Seqread => seqread(ctx),
             Workload::Seqwrite => seqwrite(ctx),
             Workload::Mixed => mixed(ctx),
+            Workload::Perfile => perfile::run(ctx),
         }
     }
 }
@@ -168,6 +170,11 @@ pub struct Ctx<'a> {
     /// so that one thread on one queue can keep as much in flight as several threads on several.
     pub mult: usize,
     pub sizes: &'a Sizes,
+}
+
+/// The content of a data file of `len` bytes.
+fn data_file_bytes(len: u64) -> Vec<u8> {
+    (0..len).map(data_byte).collect()
 }
 
 /// The byte at `offset` of the data file.
