@@ -531,14 +531,7 @@ fn create(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
 }
 
 fn write_req(c: &FuseClient, node: u64, fh: u64, offset: u64, data: &[u8]) -> (Vec<u8>, usize) {
-    let inp = WriteIn {
-        fh,
-        offset,
-        size: data.len() as u32,
-        ..Default::default()
-    };
-    let mut body = inp.as_slice().to_vec();
-    body.extend_from_slice(data);
+    let body = FuseClient::write_body(fh, offset, data);
     (c.request(FUSE_WRITE, node, &body), HDR + 8)
 }
 

@@ -562,8 +562,8 @@ impl FuseClient {
         self.raw(FUSE_READ, nodeid, inp.as_slice(), HDR + size as usize)
     }
 
-    /// WRITE; returns the number of bytes written.
-    pub fn write(&self, nodeid: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32, i32> {
+    /// The body of a WRITE of `data` at `offset` of `fh`.
+    pub fn write_body(fh: u64, offset: u64, data: &[u8]) -> Vec<u8> {
         let inp = WriteIn {
             fh,
             offset,
@@ -572,6 +572,12 @@ impl FuseClient {
         };
         let mut body = inp.as_slice().to_vec();
         body.extend_from_slice(data);
+        body
+    }
+
+    /// WRITE; returns the number of bytes written.
+    pub fn write(&self, nodeid: u64, fh: u64, offset: u64, data: &[u8]) -> Result<u32, i32> {
+        let body = Self::write_body(fh, offset, data);
         let out: WriteOut = from_bytes(&self.raw(FUSE_WRITE, nodeid, &body, HDR + 8)?, "WRITE");
         Ok(out.size)
     }
