@@ -62,6 +62,9 @@ where
         .sum()
 }
 
+/// Used entries at most put in the ring before the guest is notified, while more chains wait.
+const NOTIFY_BATCH: u16 = 16;
+
 /// Largest queue the frontend may configure.
 pub const MAX_QUEUE_SIZE: usize = 1024;
 
@@ -160,6 +163,12 @@ impl VhostFsBackend {
     /// no hand-over, so one request in flight costs no thread switch. With `recruit`, when at
     /// least [`RECRUIT_BACKLOG`] chains are still waiting after a pop, an idle pool thread (if
     /// any) is asked to drain the queue alongside, so a backlog is served in parallel.
+    ///
+    /// The guest is notified of completions in batches: while more chains wait behind the one
+    /// just popped, up to [`NOTIFY_BATCH`] used entries are put in the ring before one
+    /// notification covers them all (a guest that keeps many requests in flight takes one
+    /// interrupt per batch instead of one per request). The last chain of a backlog is never
+    /// served with completions held back.
     fn drain(
         &self,
         vring: &Vring,
@@ -167,27 +176,39 @@ impl VhostFsBackend {
         event_idx: bool,
         recruit: bool,
     ) -> io::Result<()> {
+        // One snapshot of the memory map per drain: a chain popped under it is served under it,
+        // and a new map (memory hot-plug) is picked up at the next kick.
+        let mem = atomic.memory();
         // The last request served: its used entry goes in with the next pop, under one lock.
         let mut served = None;
+        // Used entries added since the last notification.
+        let mut unsignalled = 0u16;
         loop {
-            let mem = atomic.memory();
             let (chain, backlog) = {
                 let mut state = vring.get_mut();
                 if let Some((head, used)) = served.take() {
-                    complete(&mut state, head, used, event_idx)?;
+                    if add_used(&mut state, head, used)? {
+                        unsignalled += 1;
+                    }
                 }
                 let queue = state.get_queue_mut();
                 let chain = queue.pop_descriptor_chain(mem.clone());
-                let backlog = match (&chain, recruit) {
-                    (Some(_), true) => queue
+                let backlog = match &chain {
+                    Some(_) => queue
                         .avail_idx(&*mem, Ordering::Acquire)
                         .map_or(0, |avail| avail.0.wrapping_sub(queue.next_avail())),
-                    _ => 0,
+                    None => 0,
                 };
+                if unsignalled > 0 && (backlog == 0 || unsignalled >= NOTIFY_BATCH) {
+                    notify(&mut state, event_idx)?;
+                    unsignalled = 0;
+                }
                 (chain, backlog)
             };
             let Some(chain) = chain else { return Ok(()) };
-            if backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply_room(&chain) >= BIG_REPLY) {
+            if recruit
+                && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply_room(&chain) >= BIG_REPLY))
+            {
                 self.recruit_helper(vring, atomic, event_idx);
             }
             let head = chain.head_index();
@@ -217,15 +238,21 @@ impl VhostFsBackend {
     }
 }
 
-/// Puts a served chain in the used ring and notifies the guest if it wants to be. A request
-/// that completes after the frontend stopped the ring (GET_VRING_BASE: device reset, VM stop)
-/// is dropped: the ring may already be someone else's memory, and the guest gave it up.
-fn complete(state: &mut VringState, head: u16, used: u32, event_idx: bool) -> io::Result<()> {
+/// Puts a served chain in the used ring; `false` if it was dropped. A request that completes
+/// after the frontend stopped the ring (GET_VRING_BASE: device reset, VM stop) is dropped: the
+/// ring may already be someone else's memory, and the guest gave it up.
+fn add_used(state: &mut VringState, head: u16, used: u32) -> io::Result<bool> {
     if !state.get_queue().ready() {
         log::debug!("request completed after its queue was stopped: dropped");
-        return Ok(());
+        return Ok(false);
     }
     state.add_used(head, used).map_err(io::Error::other)?;
+    Ok(true)
+}
+
+/// Notifies the guest of the used entries added since the last notification, if it wants to be
+/// (with EVENT_IDX, only when its `used_event` lies among them).
+fn notify(state: &mut VringState, event_idx: bool) -> io::Result<()> {
     if !event_idx || state.needs_notification().map_err(io::Error::other)? {
         state.signal_used_queue()?;
     }

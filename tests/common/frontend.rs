@@ -427,6 +427,51 @@ impl TestGuest {
         })
     }
 
+    /// All of `requests` published on request queue `q` with one kick, then collected by polling
+    /// the used ring (never reading the call eventfd meanwhile). With EVENT_IDX the guest asks
+    /// to be notified of the last completion only. Returns the replies in request
+    /// order and how many notifications the daemon sent for them (the call eventfd's counter).
+    pub fn burst(
+        &self,
+        q: usize,
+        requests: &[(Vec<u8>, usize)],
+    ) -> io::Result<(Vec<Vec<u8>>, u64)> {
+        let mut vq = self.request_queue(q)?;
+        let _ = vq.call_fd().read(); // Earlier notifications are not this burst's.
+        let mut replies: Vec<Option<Vec<u8>>> = vec![None; requests.len()];
+        for (i, (request, reply_len)) in requests.iter().enumerate() {
+            let (chain, bufs) = self.request_buffers(request, *reply_len)?;
+            vq.add_buffers(&chain, i as u64, bufs).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::WouldBlock, "burst larger than the queue")
+            })?;
+        }
+        vq.notify_after(u16::try_from(requests.len()).unwrap_or(u16::MAX));
+        vq.publish()?;
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        let mut done = 0;
+        while done < requests.len() {
+            match vq.pop_used()? {
+                Some(c) => {
+                    let i = c.token as usize;
+                    replies[i] = Some(reply_bytes(&c, requests[i].1, usize::MAX)?);
+                    done += 1;
+                }
+                None if Instant::now() > deadline => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("burst: {done} of {} answered", requests.len()),
+                    ))
+                }
+                None => std::thread::sleep(Duration::from_micros(50)),
+            }
+        }
+        let notifications = vq.call_fd().read().unwrap_or(0);
+        Ok((
+            replies.into_iter().map(Option::unwrap).collect(),
+            notifications,
+        ))
+    }
+
     /// Fault injection: submit the raw chain `descs` on request queue `q` and wait up to
     /// `timeout`. Returns `Some(used length)`, or `None` if the daemon did not complete the
     /// chain in time (its descriptors then stay reserved until it ever does).

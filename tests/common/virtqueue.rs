@@ -288,6 +288,14 @@ impl VirtQueue {
         Ok(None)
     }
 
+    /// With EVENT_IDX, ask to be notified only when the `n`th completion from now is used.
+    pub fn notify_after(&mut self, n: u16) {
+        if self.event_idx {
+            self.u16_at(self.avail + 4 + 2 * u64::from(self.size))
+                .store(self.last_used.wrapping_add(n.max(1) - 1), Ordering::Release);
+        }
+    }
+
     /// Wait for the next completion until `deadline`; `Ok(None)` on timeout.
     pub fn wait_used(&mut self, deadline: Instant) -> io::Result<Option<Completion>> {
         loop {
