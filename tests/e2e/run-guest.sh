@@ -33,6 +33,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
+orig_args=("$@")
 initramfs='' shared='' logdir='' append='' tag=share
 timeout_s=${E2E_TIMEOUT:-600}
 daemon_cmd=()
@@ -268,6 +269,17 @@ else
   result=1
 fi
 [ "$qemu_st" -eq 0 ] || log "note: qemu exited with status $qemu_st"
+
+# QEMU 10's TCG can abort in iotlb_to_section while the firmware reprograms the memory map (a
+# race inside QEMU; once in hundreds of boots here). When that happens before the guest's init
+# ran, the daemon has served nothing yet: boot once more, and say so.
+if [ "$result" = 3 ] && [ -z "$t_init" ] && [ -z "${E2E_RETRIED:-}" ] \
+  && grep -q 'iotlb_to_section: Assertion' "$qlog"; then
+  log "QEMU aborted in iotlb_to_section before the guest's init ran (a QEMU TCG race): booting once more"
+  trap - EXIT INT TERM
+  rm -rf "$work"
+  E2E_RETRIED=1 exec "$0" "${orig_args[@]}"
+fi
 
 tr -d '\r' < "$console" | grep -E '^FAIL: ' >&2 || true
 [ -z "$status_line" ] || log "guest: $status_line"
