@@ -16,6 +16,7 @@ pub mod pid_file;
 pub mod sandbox;
 pub mod seccomp;
 pub mod shutdown;
+pub mod stall_watch;
 pub mod systemd;
 pub mod vhost_device;
 pub mod worker_pool;

@@ -13,7 +13,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
@@ -27,6 +27,7 @@ use vmm_sys_util::event::{
 };
 
 use crate::fuse_server::FuseServer;
+use crate::stall_watch::{StallWatch, TICK};
 use crate::worker_pool::WorkerPool;
 
 /// Guest memory as the backend maps it. No dirty-page bitmap: the device does not offer
@@ -93,6 +94,10 @@ struct Inner {
     mem: RwLock<Option<GuestMemoryAtomic<GuestMemory>>>,
     event_idx: AtomicBool,
     tag: Option<[u8; 36]>,
+    /// Each queue's vring, as its thread first saw it (for rescues from the stall watcher).
+    vrings: Vec<OnceLock<Vring>>,
+    /// Queue threads stuck in one request get help (see [`VhostFsBackend::rescue`]).
+    watch: Arc<StallWatch>,
 }
 
 impl VhostFsBackend {
@@ -117,25 +122,33 @@ impl VhostFsBackend {
                 Some(b)
             }
         };
-        Ok(VhostFsBackend {
-            inner: Arc::new(Inner {
-                server,
-                pool: if pool_size > 0 {
-                    Some(WorkerPool::new(pool_size)?)
-                } else {
-                    None
-                },
-                helpers: AtomicUsize::new(0),
-                mem: RwLock::new(None),
-                event_idx: AtomicBool::new(false),
-                tag,
-            }),
-        })
+        let queues = 1 + MAX_REQUEST_QUEUES;
+        let inner = Arc::new(Inner {
+            server,
+            pool: if pool_size > 0 {
+                Some(WorkerPool::new(pool_size)?)
+            } else {
+                None
+            },
+            helpers: AtomicUsize::new(0),
+            mem: RwLock::new(None),
+            event_idx: AtomicBool::new(false),
+            tag,
+            vrings: (0..queues).map(|_| OnceLock::new()).collect(),
+            watch: StallWatch::new(queues),
+        });
+        let weak = Arc::downgrade(&inner);
+        inner.watch.start(move |queue| {
+            if let Some(inner) = weak.upgrade() {
+                VhostFsBackend { inner }.rescue(queue);
+            }
+        })?;
+        Ok(VhostFsBackend { inner })
     }
 
-    /// Serves every chain available on `vring` (called on the queue's own thread when the
-    /// guest kicks).
-    fn process_queue(&self, vring: &Vring) -> io::Result<()> {
+    /// Serves every chain available on `vring`, queue `queue` (called on the queue's own thread
+    /// when the guest kicks).
+    fn process_queue(&self, queue: usize, vring: &Vring) -> io::Result<()> {
         let Some(atomic) = self
             .inner
             .mem
@@ -150,7 +163,7 @@ impl VhostFsBackend {
             if event_idx {
                 vring.disable_notification().map_err(io::Error::other)?;
             }
-            self.drain(vring, &atomic, event_idx, true)?;
+            self.drain(vring, &atomic, event_idx, Some(queue))?;
             // With EVENT_IDX, re-enable notifications and look again: the guest may have added
             // chains after the last pop and before it saw notifications enabled.
             if !event_idx || !vring.enable_notification().map_err(io::Error::other)? {
@@ -160,9 +173,11 @@ impl VhostFsBackend {
     }
 
     /// Pops and serves chains until `vring` is empty. The thread that pops a chain serves it:
-    /// no hand-over, so one request in flight costs no thread switch. With `recruit`, when at
-    /// least [`RECRUIT_BACKLOG`] chains are still waiting after a pop, an idle pool thread (if
-    /// any) is asked to drain the queue alongside, so a backlog is served in parallel.
+    /// no hand-over, so one request in flight costs no thread switch. On the queue's own thread
+    /// (`queue` is `Some`), when at least [`RECRUIT_BACKLOG`] chains are still waiting after a
+    /// pop, an idle pool thread (if any) is asked to drain the queue alongside, so a backlog is
+    /// served in parallel; and each request is shown to the stall watcher, which sends help when
+    /// one runs long.
     ///
     /// The guest is notified of completions in batches: while more chains wait behind the one
     /// just popped, up to [`NOTIFY_BATCH`] used entries are put in the ring before one
@@ -174,7 +189,7 @@ impl VhostFsBackend {
         vring: &Vring,
         atomic: &GuestMemoryAtomic<GuestMemory>,
         event_idx: bool,
-        recruit: bool,
+        queue: Option<usize>,
     ) -> io::Result<()> {
         // One snapshot of the memory map per drain: a chain popped under it is served under it,
         // and a new map (memory hot-plug) is picked up at the next kick.
@@ -206,12 +221,13 @@ impl VhostFsBackend {
                 (chain, backlog)
             };
             let Some(chain) = chain else { return Ok(()) };
-            if recruit
+            if queue.is_some()
                 && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply_room(&chain) >= BIG_REPLY))
             {
                 self.recruit_helper(vring, atomic, event_idx);
             }
             let head = chain.head_index();
+            let _serving = queue.and_then(|q| self.inner.watch.serving(q));
             served = Some((head, self.inner.server.handle_chain(&*mem, chain)));
         }
     }
@@ -230,11 +246,50 @@ impl VhostFsBackend {
         }
         let (this, vring, atomic) = (self.clone(), vring.clone(), atomic.clone());
         pool.execute(move || {
-            if let Err(e) = this.drain(&vring, &atomic, event_idx, false) {
+            if let Err(e) = this.drain(&vring, &atomic, event_idx, None) {
                 log::error!("cannot serve a request queue: {e}");
             }
             this.inner.helpers.fetch_sub(1, Ordering::AcqRel);
         });
+    }
+}
+
+impl VhostFsBackend {
+    /// Called by the stall watcher while queue `queue`'s thread has been serving one request
+    /// for over a [`TICK`]: the completions that thread holds back for a batched notification
+    /// are notified now, and if chains wait behind the stuck request, a pool thread (if one is
+    /// idle) is recruited to serve them.
+    fn rescue(&self, queue: usize) {
+        let Some(vring) = self.inner.vrings.get(queue).and_then(OnceLock::get) else {
+            return;
+        };
+        let Some(atomic) = self
+            .inner
+            .mem
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return;
+        };
+        let event_idx = self.inner.event_idx.load(Ordering::Relaxed);
+        let backlog = {
+            let mut state = vring.get_mut();
+            if !state.get_queue().ready() {
+                return;
+            }
+            if let Err(e) = notify(&mut state, event_idx) {
+                log::debug!("queue {queue}: cannot notify the guest: {e}");
+            }
+            let mem = atomic.memory();
+            let q = state.get_queue();
+            q.avail_idx(&*mem, Ordering::Acquire)
+                .map_or(0, |avail| avail.0.wrapping_sub(q.next_avail()))
+        };
+        log::debug!("queue {queue}: a request has run for over {TICK:?}; {backlog} waiting");
+        if backlog > 0 {
+            self.recruit_helper(vring, &atomic, event_idx);
+        }
     }
 }
 
@@ -326,7 +381,7 @@ impl VhostUserBackend for VhostFsBackend {
         device_event: u16,
         evset: EventSet,
         vrings: &[Vring],
-        _thread: usize,
+        thread: usize,
     ) -> io::Result<()> {
         if evset != EventSet::IN {
             return Err(io::Error::other(format!("unexpected event set {evset:?}")));
@@ -335,7 +390,11 @@ impl VhostUserBackend for VhostFsBackend {
         let vring = vrings
             .get(device_event as usize)
             .ok_or_else(|| io::Error::other(format!("unexpected queue event {device_event}")))?;
-        self.process_queue(vring)
+        // One queue per thread: the thread index is the queue index.
+        if let Some(slot) = self.inner.vrings.get(thread) {
+            slot.get_or_init(|| vring.clone());
+        }
+        self.process_queue(thread, vring)
     }
 }
 
