@@ -6,7 +6,8 @@
 //!
 //! Each run starts a fresh daemon on a fresh copy of the workload's prepared share, connects,
 //! sends FUSE_INIT and times the workload. Rounds run every daemon once, in alternating order;
-//! the table shows the median round per daemon. Exits 1 if any run failed (a FUSE error reply
+//! the table shows the median round per daemon, and next to the ratio of medians the lowest and
+//! highest ratio of single rounds. Exits 1 if any run failed (a FUSE error reply
 //! where success was expected, a timeout, a daemon that did not start).
 
 #[path = "../tests/common/mod.rs"]
@@ -353,7 +354,7 @@ fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
         .collect();
     let (an, bn) = (side_name(&specs[a]), side_name(&specs[bs[0]]));
     let mut out = format!(
-        "| workload | queues×threads ({an} / {bn}) | {an} ops/s | {bn} ops/s | ratio | \
+        "| workload | queues×threads ({an} / {bn}) | {an} ops/s | {bn} ops/s | ratio (rounds) | \
          {an} p50 / p99 | {bn} p50 / p99 |\n|---|---|---|---|---|---|---|\n"
     );
     let na = "–".to_owned();
@@ -379,7 +380,13 @@ fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
             }
         });
         let ratio = match (ma, mb) {
-            (Some(x), Some((_, y))) => format!("{:.2}", x.ops_per_sec / y.ops_per_sec),
+            (Some(x), Some((i, y))) => {
+                let r = format!("{:.2}", x.ops_per_sec / y.ops_per_sec);
+                match round_ratios(&row.runs[a], &row.runs[i]) {
+                    Some((lo, hi)) => format!("{r} ({lo:.2}–{hi:.2})"),
+                    None => r,
+                }
+            }
             _ => na.clone(),
         };
         let lat = |m: Option<Measured>| {
@@ -397,6 +404,22 @@ fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
         .unwrap();
     }
     out
+}
+
+/// The lowest and highest ratio of A's to B's rate over the rounds (runs paired in round order),
+/// if there were two rounds or more: how far apart single rounds land on this machine.
+fn round_ratios(a: &[Measured], b: &[Measured]) -> Option<(f64, f64)> {
+    let ratios: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| x.ops_per_sec / y.ops_per_sec)
+        .collect();
+    if ratios.len() < 2 {
+        return None;
+    }
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some((lo, hi))
 }
 
 /// The per-file check of daemon A, if the `perfile` rows are there (see
