@@ -45,10 +45,12 @@ pub const MAX_REQUEST_QUEUES: usize = 8;
 /// small requests is served faster in parallel.
 const RECRUIT_BACKLOG: u16 = 8;
 
-/// Reply buffers (device-writable bytes) that make a chain a bulk READ: copying that much from a
-/// file into guest memory is worth a second CPU even when only a few such requests wait (reads do
-/// not contend for the file's lock the way writes do).
-const BIG_REPLY: u64 = 64 << 10;
+/// Bytes that make a chain bulk I/O. Reply buffers (device-writable) that large make a bulk READ:
+/// copying that much from a file into guest memory is worth a second CPU even when only a few
+/// such requests wait (reads do not contend for the file's lock the way writes do). Request
+/// buffers (device-readable) that large make a bulk WRITE, whose completion is notified at once:
+/// the guest has the next buffers to fill, and holding completions back starves its pipeline.
+const BULK: u64 = 64 << 10;
 
 /// Device-writable bytes of `chain`.
 fn reply_room<M>(chain: &virtio_queue::DescriptorChain<M>) -> u64
@@ -65,6 +67,19 @@ where
 
 /// Used entries at most put in the ring before the guest is notified, while more chains wait.
 const NOTIFY_BATCH: u16 = 16;
+
+/// Device-readable bytes of `chain`.
+fn request_bytes<M>(chain: &virtio_queue::DescriptorChain<M>) -> u64
+where
+    M: Clone + std::ops::Deref,
+    M::Target: vm_memory::GuestMemory,
+{
+    chain
+        .clone()
+        .filter(|d| !d.is_write_only())
+        .map(|d| u64::from(d.len()))
+        .sum()
+}
 
 /// Largest queue the frontend may configure.
 pub const MAX_QUEUE_SIZE: usize = 1024;
@@ -183,7 +198,7 @@ impl VhostFsBackend {
     /// just popped, up to [`NOTIFY_BATCH`] used entries are put in the ring before one
     /// notification covers them all (a guest that keeps many requests in flight takes one
     /// interrupt per batch instead of one per request). The last chain of a backlog is never
-    /// served with completions held back.
+    /// served with completions held back, and a bulk WRITE's completion is notified at once.
     fn drain(
         &self,
         vring: &Vring,
@@ -194,16 +209,19 @@ impl VhostFsBackend {
         // One snapshot of the memory map per drain: a chain popped under it is served under it,
         // and a new map (memory hot-plug) is picked up at the next kick.
         let mem = atomic.memory();
-        // The last request served: its used entry goes in with the next pop, under one lock.
+        // The last request served, and whether it was bulk I/O: its used entry goes in with the
+        // next pop, under one lock.
         let mut served = None;
         // Used entries added since the last notification.
         let mut unsignalled = 0u16;
         loop {
             let (chain, backlog) = {
                 let mut state = vring.get_mut();
-                if let Some((head, used)) = served.take() {
+                let mut urgent = false;
+                if let Some((head, used, bulk)) = served.take() {
                     if add_used(&mut state, head, used)? {
                         unsignalled += 1;
+                        urgent = bulk;
                     }
                 }
                 let queue = state.get_queue_mut();
@@ -214,7 +232,7 @@ impl VhostFsBackend {
                         .map_or(0, |avail| avail.0.wrapping_sub(queue.next_avail())),
                     None => 0,
                 };
-                if unsignalled > 0 && (backlog == 0 || unsignalled >= NOTIFY_BATCH) {
+                if unsignalled > 0 && (urgent || backlog == 0 || unsignalled >= NOTIFY_BATCH) {
                     notify(&mut state, event_idx)?;
                     unsignalled = 0;
                 }
@@ -222,13 +240,14 @@ impl VhostFsBackend {
             };
             let Some(chain) = chain else { return Ok(()) };
             if queue.is_some()
-                && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply_room(&chain) >= BIG_REPLY))
+                && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply_room(&chain) >= BULK))
             {
                 self.recruit_helper(vring, atomic, event_idx);
             }
             let head = chain.head_index();
+            let bulk = request_bytes(&chain) >= BULK;
             let _serving = queue.and_then(|q| self.inner.watch.serving(q));
-            served = Some((head, self.inner.server.handle_chain(&*mem, chain)));
+            served = Some((head, self.inner.server.handle_chain(&*mem, chain), bulk));
         }
     }
 

@@ -15,6 +15,23 @@ const BURST: usize = 64;
 /// Sends one burst of `BURST` GETATTRs of the root to a fresh daemon started with `extra`;
 /// returns how many notifications the guest got for it.
 fn burst_notifications(extra: &[&str], event_idx: bool) -> u64 {
+    burst(extra, event_idx, |client| {
+        (0..BURST)
+            .map(|_| {
+                let body = GetattrIn::default();
+                (client.request(FUSE_GETATTR, ROOT, body.as_slice()), 256)
+            })
+            .collect()
+    })
+}
+
+/// Connects a guest to a fresh daemon started with `extra`, sends the requests `make` builds in
+/// one burst and checks that each succeeded; returns how many notifications the guest got.
+fn burst(
+    extra: &[&str],
+    event_idx: bool,
+    make: impl Fn(&FuseClient) -> Vec<(Vec<u8>, usize)>,
+) -> u64 {
     let share = TempDir::new("notify-share").unwrap();
     let sock = TempDir::new("notify-sock").unwrap();
     let socket = sock.join("vhostfs.sock");
@@ -25,18 +42,10 @@ fn burst_notifications(extra: &[&str], event_idx: bool) -> u64 {
     let client = FuseClient::new(guest.clone(), 0);
     client.init().unwrap();
 
-    let reqs: Vec<_> = (0..BURST)
-        .map(|_| {
-            (
-                client.request(FUSE_GETATTR, ROOT, GetattrIn::default().as_slice()),
-                256,
-            )
-        })
-        .collect();
+    let reqs = make(&client);
     let (replies, notifications) = guest.burst(0, &reqs).unwrap();
     for (req, reply) in reqs.iter().zip(&replies) {
-        let body = FuseClient::parse_reply(&req.0, reply).expect("GETATTR failed");
-        assert_eq!(body.len(), std::mem::size_of::<AttrOut>());
+        FuseClient::parse_reply(&req.0, reply).expect("request failed");
     }
     assert!(daemon.is_alive(), "daemon died");
     notifications
@@ -62,4 +71,27 @@ fn the_notification_the_guest_asked_for_arrives() {
     for extra in [&[][..], &["--thread-pool-size=0"][..]] {
         assert_eq!(burst_notifications(extra, true), 1, "{extra:?}");
     }
+}
+
+#[test]
+fn bulk_writes_are_notified_one_by_one() {
+    // The guest has to fill the next buffers of a stream of large WRITEs: each completion is
+    // notified at once, not held for a batch.
+    const WRITES: usize = 8;
+    let n = burst(&[], false, |client| {
+        let (e, o) = client
+            .create(ROOT, "big", libc::S_IFREG | 0o644, libc::O_WRONLY as u32, 0)
+            .unwrap();
+        let data = vec![7u8; 128 << 10];
+        (0..WRITES as u64)
+            .map(|k| {
+                let body = FuseClient::write_body(o.fh, k * data.len() as u64, &data);
+                (client.request(FUSE_WRITE, e.nodeid, &body), 256)
+            })
+            .collect()
+    });
+    assert_eq!(
+        n, WRITES as u64,
+        "notifications for {WRITES} WRITEs of 128 KiB"
+    );
 }
