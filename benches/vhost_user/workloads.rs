@@ -324,20 +324,15 @@ fn lookup_phase(ctx: &Ctx, dir: u64, passes: usize) -> Result<(Measured, Vec<Vec
     })
 }
 
-/// Gives back `lookups` lookups of every node, as a guest dropping its dentries would.
-fn forget_all(c: &FuseClient, nodes: &[Vec<u64>], lookups: u64) {
-    let forgets: Vec<(u64, u64)> = nodes.iter().flatten().map(|&n| (n, lookups)).collect();
-    for chunk in forgets.chunks(256) {
-        c.batch_forget(chunk);
-    }
-}
-
-fn lookup(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
-    let c0 = &ctx.clients[0];
-    let dir = untimed_lookup(c0, FUSE_ROOT_ID, BIG_DIR)?;
-    let (n, passes) = (ctx.sizes.dir_entries, ctx.sizes.passes);
-    let (cold, nodes) = lookup_phase(ctx, dir, 1)?;
-    let (getattr, _) = timed(ctx, n * passes, |t, c| {
+/// GETATTR of `nodes` (per thread), `passes` times over, `depth` in flight per thread.
+fn getattr_phase(
+    ctx: &Ctx,
+    nodes: &[Vec<u64>],
+    passes: usize,
+    depth: usize,
+) -> Result<Measured, String> {
+    let n: usize = nodes.iter().map(Vec::len).sum();
+    let (m, _) = timed(ctx, n * passes, |t, c| {
         let reqs: Vec<_> = (0..passes)
             .flat_map(|_| nodes[t].iter())
             .map(|&node| {
@@ -349,9 +344,28 @@ fn lookup(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
             })
             .collect();
         move |lat: &mut Vec<Duration>| {
-            pipeline(c, &reqs, SMALL_DEPTH * ctx.mult, "GETATTR", lat).map(drop)
+            pipeline(c, &reqs, depth * ctx.mult, "GETATTR", lat).map(drop)
         }
     })?;
+    Ok(m)
+}
+
+/// Gives back `lookups` lookups of every node, as a guest dropping its dentries would.
+fn forget_all(c: &FuseClient, nodes: &[Vec<u64>], lookups: u64) {
+    let forgets: Vec<(u64, u64)> = nodes.iter().flatten().map(|&n| (n, lookups)).collect();
+    for chunk in forgets.chunks(256) {
+        c.batch_forget(chunk);
+    }
+}
+
+fn lookup(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
+    let c0 = &ctx.clients[0];
+    let dir = untimed_lookup(c0, FUSE_ROOT_ID, BIG_DIR)?;
+    let passes = ctx.sizes.passes;
+    let (cold, nodes) = lookup_phase(ctx, dir, 1)?;
+    let getattr = getattr_phase(ctx, &nodes, passes, SMALL_DEPTH)?;
+    // A guest's `stat` loop: one request in flight per thread.
+    let getattr_one = getattr_phase(ctx, &nodes, passes, 1)?;
     let (warm, _) = lookup_phase(ctx, dir, passes)?;
     forget_all(c0, &nodes, 1 + passes as u64);
     // Every pass after a FORGET of everything: its own timed phase, summed up.
@@ -364,6 +378,7 @@ fn lookup(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
     Ok(vec![
         ("LOOKUP cold (fresh daemon)", cold),
         ("GETATTR", getattr),
+        ("GETATTR, one at a time per thread", getattr_one),
         ("LOOKUP warm", warm),
         ("LOOKUP after FORGET", Measured::combine(&forgotten)),
     ])
