@@ -52,34 +52,21 @@ const RECRUIT_BACKLOG: u16 = 8;
 /// the guest has the next buffers to fill, and holding completions back starves its pipeline.
 const BULK: u64 = 64 << 10;
 
-/// Device-writable bytes of `chain`.
-fn reply_room<M>(chain: &virtio_queue::DescriptorChain<M>) -> u64
+/// Device-writable (reply, `writable`) or device-readable (request) bytes of `chain`.
+fn buffer_bytes<M>(chain: &virtio_queue::DescriptorChain<M>, writable: bool) -> u64
 where
     M: Clone + std::ops::Deref,
     M::Target: vm_memory::GuestMemory,
 {
     chain
         .clone()
-        .filter(|d| d.is_write_only())
+        .filter(|d| d.is_write_only() == writable)
         .map(|d| u64::from(d.len()))
         .sum()
 }
 
 /// Used entries at most put in the ring before the guest is notified, while more chains wait.
 const NOTIFY_BATCH: u16 = 16;
-
-/// Device-readable bytes of `chain`.
-fn request_bytes<M>(chain: &virtio_queue::DescriptorChain<M>) -> u64
-where
-    M: Clone + std::ops::Deref,
-    M::Target: vm_memory::GuestMemory,
-{
-    chain
-        .clone()
-        .filter(|d| !d.is_write_only())
-        .map(|d| u64::from(d.len()))
-        .sum()
-}
 
 /// Largest queue the frontend may configure.
 pub const MAX_QUEUE_SIZE: usize = 1024;
@@ -161,16 +148,19 @@ impl VhostFsBackend {
         Ok(VhostFsBackend { inner })
     }
 
-    /// Serves every chain available on `vring`, queue `queue` (called on the queue's own thread
-    /// when the guest kicks).
-    fn process_queue(&self, queue: usize, vring: &Vring) -> io::Result<()> {
-        let Some(atomic) = self
-            .inner
+    /// The guest memory map, once the frontend sent it.
+    fn memory(&self) -> Option<GuestMemoryAtomic<GuestMemory>> {
+        self.inner
             .mem
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-        else {
+    }
+
+    /// Serves every chain available on `vring`, queue `queue` (called on the queue's own thread
+    /// when the guest kicks).
+    fn process_queue(&self, queue: usize, vring: &Vring) -> io::Result<()> {
+        let Some(atomic) = self.memory() else {
             return Err(io::Error::other("request before the memory table"));
         };
         let event_idx = self.inner.event_idx.load(Ordering::Relaxed);
@@ -240,12 +230,13 @@ impl VhostFsBackend {
             };
             let Some(chain) = chain else { return Ok(()) };
             if queue.is_some()
-                && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply_room(&chain) >= BULK))
+                && (backlog >= RECRUIT_BACKLOG
+                    || (backlog > 0 && buffer_bytes(&chain, true) >= BULK))
             {
                 self.recruit_helper(vring, atomic, event_idx);
             }
             let head = chain.head_index();
-            let bulk = request_bytes(&chain) >= BULK;
+            let bulk = buffer_bytes(&chain, false) >= BULK;
             let _serving = queue.and_then(|q| self.inner.watch.serving(q));
             served = Some((head, self.inner.server.handle_chain(&*mem, chain), bulk));
         }
@@ -282,13 +273,7 @@ impl VhostFsBackend {
         let Some(vring) = self.inner.vrings.get(queue).and_then(OnceLock::get) else {
             return;
         };
-        let Some(atomic) = self
-            .inner
-            .mem
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        else {
+        let Some(atomic) = self.memory() else {
             return;
         };
         let event_idx = self.inner.event_idx.load(Ordering::Relaxed);
