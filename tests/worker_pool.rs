@@ -62,6 +62,15 @@ fn mkfifo(path: &std::path::Path) {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
 }
 
+/// A share holding a FIFO named `fifo`, and a socket path in a directory of its own.
+fn fifo_share() -> (TempDir, TempDir, std::path::PathBuf) {
+    let share = TempDir::new("pool-fifo").unwrap();
+    mkfifo(&share.join("fifo"));
+    let sock = TempDir::new("pool-sock").unwrap();
+    let socket = sock.join("vhostfs.sock");
+    (share, sock, socket)
+}
+
 /// `before` GETATTRs of the root, an OPEN of `fifo` (blocks in the daemon until the host opens
 /// the FIFO for writing, which a thread does after `after`), then `fast` more GETATTRs, all
 /// published at once on one queue; returns the OPEN's latency and the slowest GETATTR's before
@@ -113,10 +122,7 @@ fn open_fifo_amid_getattrs(
 /// once.
 #[test]
 fn fast_requests_overtake_a_blocked_one() {
-    let share = TempDir::new("pool-fifo").unwrap();
-    mkfifo(&share.join("fifo"));
-    let sock = TempDir::new("pool-sock").unwrap();
-    let socket = sock.join("vhostfs.sock");
+    let (share, _sock, socket) = fifo_share();
     let mut daemon = spawn_vhostfs(&socket, share.path(), &["--thread-pool-size=2"]).unwrap();
     let guest = TestGuest::connect(&socket, 1, 256, 64 << 20).unwrap();
     let client = FuseClient::new(Arc::new(guest), 0);
@@ -144,10 +150,7 @@ fn fast_requests_overtake_a_blocked_one() {
 /// are still answered at once; the ones after wait for the OPEN.
 #[test]
 fn a_few_requests_around_a_blocked_one_are_not_held_up() {
-    let share = TempDir::new("pool-fifo").unwrap();
-    mkfifo(&share.join("fifo"));
-    let sock = TempDir::new("pool-sock").unwrap();
-    let socket = sock.join("vhostfs.sock");
+    let (share, _sock, socket) = fifo_share();
     let block = Duration::from_millis(500);
     for pool in [2, 0] {
         let mut daemon = spawn_vhostfs(
