@@ -52,17 +52,19 @@ const RECRUIT_BACKLOG: u16 = 8;
 /// the guest has the next buffers to fill, and holding completions back starves its pipeline.
 const BULK: u64 = 64 << 10;
 
-/// Device-writable (reply, `writable`) or device-readable (request) bytes of `chain`.
-fn buffer_bytes<M>(chain: &virtio_queue::DescriptorChain<M>, writable: bool) -> u64
+/// Device-readable (request) and device-writable (reply) bytes of `chain`, in one walk.
+fn buffer_bytes<M>(chain: &virtio_queue::DescriptorChain<M>) -> (u64, u64)
 where
     M: Clone + std::ops::Deref,
     M::Target: vm_memory::GuestMemory,
 {
-    chain
-        .clone()
-        .filter(|d| d.is_write_only() == writable)
-        .map(|d| u64::from(d.len()))
-        .sum()
+    chain.clone().fold((0, 0), |(request, reply), d| {
+        if d.is_write_only() {
+            (request, reply + u64::from(d.len()))
+        } else {
+            (request + u64::from(d.len()), reply)
+        }
+    })
 }
 
 /// Used entries at most put in the ring before the guest is notified, while more chains wait.
@@ -229,14 +231,12 @@ impl VhostFsBackend {
                 (chain, backlog)
             };
             let Some(chain) = chain else { return Ok(()) };
-            if queue.is_some()
-                && (backlog >= RECRUIT_BACKLOG
-                    || (backlog > 0 && buffer_bytes(&chain, true) >= BULK))
-            {
+            let (request, reply) = buffer_bytes(&chain);
+            if queue.is_some() && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply >= BULK)) {
                 self.recruit_helper(vring, atomic, event_idx);
             }
             let head = chain.head_index();
-            let bulk = buffer_bytes(&chain, false) >= BULK;
+            let bulk = request >= BULK;
             let _serving = queue.and_then(|q| self.inner.watch.serving(q));
             served = Some((head, self.inner.server.handle_chain(&*mem, chain), bulk));
         }
