@@ -232,10 +232,7 @@ fn pipeline_data(
 ) -> Result<Vec<(usize, Vec<u8>)>, String> {
     let (replies, l) = c.pipeline_capped(reqs, depth, KEEP);
     lat.extend(l);
-    replies
-        .into_iter()
-        .map(|r| r.map_err(|e| fuse_err(what, e)))
-        .collect()
+    all_ok(replies, what)
 }
 
 /// Run `reqs` with `depth` in flight; appends the latencies and fails on any error reply.
@@ -248,6 +245,11 @@ fn pipeline(
 ) -> Result<Vec<Vec<u8>>, String> {
     let (replies, l) = c.pipeline_timed(reqs, depth);
     lat.extend(l);
+    all_ok(replies, what)
+}
+
+/// The replies' bodies, or the first errno as a failure of `what`.
+fn all_ok<T>(replies: Vec<Result<T, i32>>, what: &str) -> Result<Vec<T>, String> {
     replies
         .into_iter()
         .map(|r| r.map_err(|e| fuse_err(what, e)))
