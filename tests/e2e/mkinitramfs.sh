@@ -4,7 +4,7 @@
 #   tests/e2e/mkinitramfs.sh [--extra-bin FILE]... [--compress gzip|zstd] OUT.cpio.gz [TEST_SCRIPT]
 #
 # TEST_SCRIPT (default: guest-fs-test.sh next to this file) is stored as /test.sh.
-# --extra-bin FILE (repeatable) adds a dynamically linked host binary as /bin/NAME, with every
+# --extra-bin FILE (repeatable) adds a host binary as /bin/NAME; a dynamically linked one with every
 # library `ldd` lists and the dynamic loader at their host paths (used by benches/guest for fio).
 # --compress zstd decompresses much faster in a TCG guest than the default gzip; use it for big
 # images. The /init
@@ -66,6 +66,8 @@ install -m 0755 "$script" "$root/test.sh"
 for bin in "${extra_bins[@]}"; do
   [ -x "$bin" ] || { echo "mkinitramfs: --extra-bin $bin is not an executable" >&2; exit 1; }
   install -m 0755 "$bin" "$root/bin/$(basename "$bin")"
+  # A static binary (ldd fails: "not a dynamic executable") needs nothing else.
+  ldd "$bin" >/dev/null 2>&1 || continue
   # ldd lines: "libx.so.1 => /lib/.../libx.so.1 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)".
   while read -r lib; do
     mkdir -p "$root$(dirname "$lib")"
