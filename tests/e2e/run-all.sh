@@ -16,6 +16,7 @@
 #   E2E_LOG_DIR     keep logs (console/daemon/qemu per case) there; default: temp dir, kept
 #                   and printed only on failure.
 #   E2E_MANY        files in the big directory (default 20000); E2E_TIMEOUT (default 600 s).
+#   E2E_SUBMOUNTS=0 skip submounts.sh (3 boots, ~3.5 min; run for a vhostfs binary only).
 #   VHOSTFS_GUEST_DIR, QEMU, E2E_MEM, E2E_SMP: see run-guest.sh.
 # Must run as root (chown to 1000:1000 in the guest needs a root daemon).
 set -euo pipefail
@@ -147,6 +148,30 @@ if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
   # Started the way a systemd socket unit starts it (systemd-socket-activate passes the listening
   # socket as fd 3 with LISTEN_PID/LISTEN_FDS/LISTEN_FDNAMES).
   VHOSTFS="${daemon[0]}" run_case socket-activated pass "$here/socket-activate.sh" "${daemon[@]:1}"
+fi
+# Filesystems mounted below the share (xfs, btrfs, tmpfs, overlayfs, bind) under each sandbox,
+# and fd pinning: submounts.sh boots once per sandbox with 8 daemons (vhostfs only: virtiofsd
+# cannot build its namespace sandbox here; run `DAEMON=virtiofsd tests/e2e/submounts.sh` for
+# its sandbox=none reference run).
+run_submounts() {
+  local sf=$work/submounts.summary st=0 line
+  log "=== submounts.sh: mixed share under each sandbox, fd pinning"
+  VHOSTFS="${daemon[0]}" E2E_LOG_DIR="$logroot" "$here/submounts.sh" --summary-file "$sf" &
+  rg_pid=$!
+  wait "$rg_pid" || st=$?
+  rg_pid=''
+  if [ ! -s "$sf" ]; then
+    summary+=("submounts: FAIL(submounts.sh exited with status $st before any result; logs in $logroot/submounts)")
+    failed=$((failed + 1))
+    return
+  fi
+  while IFS= read -r line; do
+    summary+=("$line")
+    [[ "$line" == *": PASS"* ]] || failed=$((failed + 1))
+  done < "$sf"
+}
+if [ "$(basename "${daemon[0]}")" = vhostfs ] && [ "${E2E_SUBMOUNTS:-1}" = 1 ]; then
+  run_submounts
 fi
 if [ "${E2E_NEGATIVE:-0}" = 1 ]; then
   neg=()
