@@ -193,6 +193,9 @@ pub struct Config {
     /// `--rlimit-nofile`; `None` means virtiofsd's default (min(1000000, fs.nr_open)) and
     /// `Some(0)` leaves the limit unchanged.
     pub rlimit_nofile: Option<u64>,
+    /// `--fd-cache-size` (vhostfs only): how many O_PATH fds of handle-backed inodes may be
+    /// cached (0: none).
+    pub fd_cache_size: usize,
     /// `--readonly`.
     pub readonly: bool,
     /// `--xattr`, `-o xattr` / `-o no_xattr` (default off); on whenever `posix_acl` is not
@@ -443,6 +446,12 @@ struct Opt {
     #[arg(long = "rlimit-nofile")]
     rlimit_nofile: Option<u64>,
 
+    /// With file handles: how many O_PATH fds of inodes the guest uses to keep open (at most
+    /// half the fd budget; each closes 1 s after the guest last used its inode; 0: none)
+    /// [vhostfs only]
+    #[arg(long = "fd-cache-size", value_name = "N", default_value_t = crate::fd_cache::DEFAULT_SIZE)]
+    fd_cache_size: usize,
+
     /// Options in a format compatible with the legacy implementation [deprecated]
     #[arg(short = 'o')]
     compat_options: Vec<String>,
@@ -682,6 +691,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
             .thread_pool_size
             .unwrap_or_else(default_thread_pool_size),
         rlimit_nofile: opt.rlimit_nofile,
+        fd_cache_size: opt.fd_cache_size,
         readonly: opt.readonly,
         xattr: eff.xattr || posix_acl != Negotiation::Never,
         posix_acl,

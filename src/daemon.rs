@@ -4,6 +4,7 @@
 //! pid file, socket) runs before the socket accepts, so a bad set-up is one error line and a
 //! non-zero exit, never a half-working device.
 
+use crate::sync::lock;
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
@@ -276,6 +277,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         xattr: cfg.xattr,
         announce_submounts: cfg.announce_submounts,
         fd_budget: budget,
+        fd_cache_size: cfg.fd_cache_size,
     };
     let fs = Arc::new(PassthroughFs::new(fs_cfg).map_err(|e| e.to_string())?);
     log::info!(
@@ -366,10 +368,6 @@ impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         drop(std::mem::take(&mut *lock(&self.0)));
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// On SIGTERM/SIGINT: tell systemd we stop, remove the socket and pid files, exit 0. Whatever the

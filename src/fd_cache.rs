@@ -2,42 +2,66 @@
 //!
 //! With file handles an inode holds no fd, so an operation on it would open one
 //! (`open_by_handle_at`) and close it again: three syscalls for a GETATTR instead of one. While
-//! fds are plentiful, inodes keep the O_PATH fd their LOOKUP opened (or the first operation
-//! opened) here instead; when they are not, the cache gives them back, so a guest that holds a
-//! million inodes and never forgets any still cannot make the daemon run out.
+//! the guest keeps using an inode, it keeps the O_PATH fd its LOOKUP opened (or the first
+//! operation opened) here instead. The cache is bounded in number and in time, so a guest that
+//! holds a million inodes and never forgets any cannot make the daemon run out of fds, and an fd
+//! never keeps alive a file the guest does not use (a host `rm` frees the space, an NFS share
+//! gets no lingering `.nfsXXXX` file).
 //!
 //! Invariants:
 //! - Every cached fd holds one [`FdToken`] of the guest's budget, and the cache holds at most
-//!   [`FdCache::capacity`] of them: at most half the budget and at most [`MAX_CACHED`]. So at
+//!   [`FdCache::capacity`] of them: at most half the budget and at most the configured size
+//!   ([`DEFAULT_SIZE`] unless `--fd-cache-size` says otherwise; 0 disables the cache), rounded
+//!   down to a multiple of the shard count. So at
 //!   least half the budget is always there for open files and directories, and the rest is
 //!   given back on demand ([`FdCache::shed`], called when the budget runs dry).
+//! - **Time bound**: an fd the guest has not used for [`IDLE_LIMIT`] is closed. Each entry has
+//!   a referenced bit, set by every [`FdCache::get`] and [`FdCache::insert`]; the reaper thread
+//!   sweeps every [`SWEEP_PERIOD`] (2/5 of the limit): it closes the entries whose bit is clear
+//!   and clears the others. An entry last used at `t` is thus closed by the second sweep after
+//!   `t`, by `t + 2 × SWEEP_PERIOD`, within `IDLE_LIMIT`. The reaper sleeps while the cache is empty (woken by the
+//!   insert that fills it again) and exits with the cache.
 //! - An inode is cached under its node ID; the fd of a dead inode is dropped when the inode
-//!   leaves the table ([`FdCache::evict`]). A cached fd must not keep a deleted file's data
-//!   alive: the fd of a name the guest unlinks or renames over is dropped first, an fd found
-//!   to be on a deleted inode (link count 0) by GETATTR is dropped, and when the host
-//!   filesystem is full every fd on a deleted inode is dropped before the request is retried
-//!   (`PassthroughFs::reclaim_deleted`).
+//!   leaves the table ([`FdCache::evict`]). The fd of a name the guest unlinks or renames over
+//!   is dropped first, an fd found to be on a deleted inode (link count 0) by GETATTR is
+//!   dropped, and when the host filesystem is full every fd on a deleted inode is dropped before
+//!   the request is retried (`PassthroughFs::reclaim_deleted`).
 //! - When a shard is full, a new fd replaces a randomly chosen one (and takes over its token):
 //!   unlike LRU, random replacement keeps most hits when the guest sweeps over slightly more
 //!   inodes than fit, as `ls -l` of a big directory in a loop does.
-//! - Locks: one mutex per shard, held for a hash-map update, never across a syscall; replaced
-//!   and shed fds are closed after the lock is released.
+//! - Locks: one mutex per shard, held for a hash-map update or one shard's sweep, never across
+//!   a syscall; replaced, swept and shed fds are closed after the lock is released.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::thread::Thread;
+use std::time::Duration;
 
 use crate::fd_budget::{FdBudget, FdToken};
+use crate::inode_table::SHARD_BITS;
+use crate::sync::lock;
 
-/// Upper bound of cached fds, whatever the budget: each pins a kernel `struct file`, dentry and
-/// inode (about 1 KiB).
-pub const MAX_CACHED: usize = 16384;
+/// Default upper bound of cached fds, whatever the budget (`--fd-cache-size`): each pins a
+/// kernel `struct file`, dentry and inode (about 1 KiB), and with the daemon's own fds it keeps
+/// the daemon under 1,024 fds however many inodes the guest holds.
+pub const DEFAULT_SIZE: usize = 960;
+
+/// How long an fd the guest does not use stays cached, at most.
+pub const IDLE_LIMIT: Duration = Duration::from_secs(1);
+
+/// How often the reaper sweeps a non-empty cache (see the time-bound invariant): two periods
+/// and the reaper's wake-up latency fit in [`IDLE_LIMIT`].
+pub const SWEEP_PERIOD: Duration = Duration::from_millis(IDLE_LIMIT.as_millis() as u64 * 2 / 5);
 
 const SHARDS: usize = 16;
 
 struct Cached {
     nodeid: u64,
     fd: Arc<OwnedFd>,
+    /// Used since the last sweep.
+    referenced: bool,
     _token: FdToken,
 }
 
@@ -68,32 +92,60 @@ impl Shard {
         self.rng = x;
         (x % self.slots.len() as u64) as usize
     }
+
+    /// Removes the entries not used since the last sweep into `out`, clears the others' bits.
+    fn sweep(&mut self, out: &mut Vec<Cached>) {
+        let mut i = 0;
+        while i < self.slots.len() {
+            if self.slots[i].referenced {
+                self.slots[i].referenced = false;
+                i += 1;
+            } else {
+                out.push(self.remove_at(i));
+            }
+        }
+    }
+}
+
+/// What the cache and its reaper thread share.
+struct Shared {
+    shards: [Mutex<Shard>; SHARDS],
+    /// The reaper is asleep until the next insert (the cache was empty at its last sweep).
+    reaper_idle: AtomicBool,
 }
 
 pub struct FdCache {
-    shards: [Mutex<Shard>; SHARDS],
+    shared: Arc<Shared>,
     per_shard: usize,
     budget: Arc<FdBudget>,
+    /// The reaper thread, started by the first insert (so it runs confined like the request
+    /// threads, which start after the sandbox is in force).
+    reaper: OnceLock<Option<Thread>>,
 }
 
 fn shard_of(nodeid: u64) -> usize {
-    // Node IDs carry their inode-table shard in the low 4 bits: mix them with the sequence.
-    ((nodeid ^ (nodeid >> 4) ^ (nodeid >> 9)) as usize) % SHARDS
+    // Node IDs carry their inode-table shard in their low bits: mix them with the sequence.
+    ((nodeid ^ (nodeid >> SHARD_BITS) ^ (nodeid >> 9)) as usize) % SHARDS
 }
 
 impl FdCache {
-    /// A cache paid from `budget`, as large as the budget allows (see the module invariants).
-    pub fn new(budget: Arc<FdBudget>) -> FdCache {
-        let capacity = (budget.limit() / 2).min(MAX_CACHED);
+    /// A cache of at most `size` fds paid from `budget`, as large as the budget allows (see the
+    /// module invariants).
+    pub fn new(budget: Arc<FdBudget>, size: usize) -> FdCache {
+        let capacity = (budget.limit() / 2).min(size);
         FdCache {
-            shards: std::array::from_fn(|i| {
-                Mutex::new(Shard {
-                    rng: 0x9e37_79b9_7f4a_7c15 ^ i as u64,
-                    ..Shard::default()
-                })
+            shared: Arc::new(Shared {
+                shards: std::array::from_fn(|i| {
+                    Mutex::new(Shard {
+                        rng: 0x9e37_79b9_7f4a_7c15 ^ i as u64,
+                        ..Shard::default()
+                    })
+                }),
+                reaper_idle: AtomicBool::new(false),
             }),
             per_shard: capacity / SHARDS,
             budget,
+            reaper: OnceLock::new(),
         }
     }
 
@@ -104,7 +156,7 @@ impl FdCache {
 
     /// How many fds it holds.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).slots.len()).sum()
+        self.shared.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -113,20 +165,23 @@ impl FdCache {
 
     /// The cached fd of `nodeid`, if any.
     pub fn get(&self, nodeid: u64) -> Option<Arc<OwnedFd>> {
-        let shard = lock(&self.shards[shard_of(nodeid)]);
+        let mut shard = lock(&self.shared.shards[shard_of(nodeid)]);
         let i = *shard.index.get(&nodeid)?;
-        Some(Arc::clone(&shard.slots[i].fd))
+        let slot = &mut shard.slots[i];
+        slot.referenced = true;
+        Some(Arc::clone(&slot.fd))
     }
 
     /// Caches `fd` for `nodeid` if there is room or budget for it, else replaces a random entry
     /// of its shard; without either (the budget is spent on open files), `fd` is not kept.
     pub fn insert(&self, nodeid: u64, fd: Arc<OwnedFd>) {
-        if self.per_shard == 0 {
+        if self.per_shard == 0 || !self.reaper_running() {
             return;
         }
         let dropped = {
-            let mut shard = lock(&self.shards[shard_of(nodeid)]);
+            let mut shard = lock(&self.shared.shards[shard_of(nodeid)]);
             if let Some(&i) = shard.index.get(&nodeid) {
+                shard.slots[i].referenced = true;
                 Some(std::mem::replace(&mut shard.slots[i].fd, fd))
             } else {
                 let fresh = if shard.slots.len() < self.per_shard {
@@ -148,6 +203,7 @@ impl FdCache {
                 shard.slots.push(Cached {
                     nodeid,
                     fd,
+                    referenced: true,
                     _token: token,
                 });
                 shard.index.insert(nodeid, i);
@@ -155,12 +211,37 @@ impl FdCache {
             }
         };
         drop(dropped);
+        if self.shared.reaper_idle.swap(false, Ordering::AcqRel) {
+            if let Some(Some(t)) = self.reaper.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Starts the reaper on first use; false if it cannot run (then nothing is cached, since
+    /// nothing would bound the fds in time).
+    fn reaper_running(&self) -> bool {
+        self.reaper
+            .get_or_init(|| {
+                let weak = Arc::downgrade(&self.shared);
+                match std::thread::Builder::new()
+                    .name("fd-cache-reaper".into())
+                    .spawn(move || reap(weak))
+                {
+                    Ok(h) => Some(h.thread().clone()),
+                    Err(e) => {
+                        log::warn!("cannot start the fd cache's reaper thread ({e}): no fd cache");
+                        None
+                    }
+                }
+            })
+            .is_some()
     }
 
     /// Forgets the fd of `nodeid` (the inode left the table, or its name is being unlinked).
     pub fn evict(&self, nodeid: u64) {
         let gone = {
-            let mut shard = lock(&self.shards[shard_of(nodeid)]);
+            let mut shard = lock(&self.shared.shards[shard_of(nodeid)]);
             let i = shard.index.get(&nodeid).copied();
             i.map(|i| shard.remove_at(i))
         };
@@ -170,7 +251,7 @@ impl FdCache {
     /// Every cached entry, for a check outside the locks ([`FdCache::evict_fd`] then).
     pub fn snapshot(&self) -> Vec<(u64, Arc<OwnedFd>)> {
         let mut all = Vec::new();
-        for s in &self.shards {
+        for s in &self.shared.shards {
             let shard = lock(s);
             all.extend(shard.slots.iter().map(|c| (c.nodeid, Arc::clone(&c.fd))));
         }
@@ -180,7 +261,7 @@ impl FdCache {
     /// Forgets the fd of `nodeid` if it is still `fd`.
     pub fn evict_fd(&self, nodeid: u64, fd: &Arc<OwnedFd>) {
         let gone = {
-            let mut shard = lock(&self.shards[shard_of(nodeid)]);
+            let mut shard = lock(&self.shared.shards[shard_of(nodeid)]);
             match shard.index.get(&nodeid) {
                 Some(&i) if Arc::ptr_eq(&shard.slots[i].fd, fd) => Some(shard.remove_at(i)),
                 _ => None,
@@ -192,7 +273,7 @@ impl FdCache {
     /// Gives up to `n` cached fds (and their budget) back; returns how many.
     pub fn shed(&self, n: usize) -> usize {
         let mut shed = Vec::new();
-        for s in &self.shards {
+        for s in &self.shared.shards {
             if shed.len() >= n {
                 break;
             }
@@ -205,18 +286,76 @@ impl FdCache {
         shed.len()
     }
 
+    /// One sweep of the time bound (what the reaper does every [`SWEEP_PERIOD`]): closes the
+    /// fds not used since the previous sweep; returns how many are left.
+    pub fn sweep(&self) -> usize {
+        self.shared.sweep()
+    }
+
     /// Drops every cached fd.
     pub fn clear(&self) {
-        for s in &self.shards {
-            let old = std::mem::take(&mut lock(s).slots);
-            lock(s).index.clear();
+        for s in &self.shared.shards {
+            let old = {
+                let mut shard = lock(s);
+                shard.index.clear();
+                std::mem::take(&mut shard.slots)
+            };
             drop(old);
         }
     }
 }
 
-fn lock(s: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    s.lock().unwrap_or_else(|e| e.into_inner())
+impl Drop for FdCache {
+    fn drop(&mut self) {
+        if let Some(Some(t)) = self.reaper.get() {
+            t.unpark();
+        }
+    }
+}
+
+impl Shared {
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).slots.len()).sum()
+    }
+
+    fn sweep(&self) -> usize {
+        let mut gone = Vec::new();
+        let mut left = 0;
+        for s in &self.shards {
+            let mut shard = lock(s);
+            shard.sweep(&mut gone);
+            left += shard.slots.len();
+            drop(shard);
+            // Closed outside the lock.
+            gone.clear();
+        }
+        left
+    }
+}
+
+/// The reaper thread: sweeps every [`SWEEP_PERIOD`] while the cache holds fds, sleeps while it
+/// is empty, ends with the cache.
+fn reap(shared: Weak<Shared>) {
+    loop {
+        std::thread::park_timeout(SWEEP_PERIOD);
+        let Some(s) = shared.upgrade() else { return };
+        if s.sweep() == 0 {
+            // Announce the sleep, then look again: an insert between the sweep and the store
+            // would otherwise not wake us.
+            s.reaper_idle.store(true, Ordering::Release);
+            if s.len() == 0 {
+                drop(s);
+                while shared
+                    .upgrade()
+                    .is_some_and(|s| s.reaper_idle.load(Ordering::Acquire))
+                {
+                    std::thread::park();
+                }
+            } else {
+                s.reaper_idle.store(false, Ordering::Release);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -230,7 +369,7 @@ mod tests {
     #[test]
     fn hit_evict_and_clear_give_the_budget_back() {
         let budget = FdBudget::new(1000);
-        let c = FdCache::new(Arc::clone(&budget));
+        let c = FdCache::new(Arc::clone(&budget), usize::MAX);
         assert_eq!(c.capacity(), 496);
         assert!(c.get(16).is_none());
         c.insert(16, fd());
@@ -252,7 +391,7 @@ mod tests {
     #[test]
     fn never_exceeds_capacity_and_keeps_most_of_a_slightly_larger_sweep() {
         let budget = FdBudget::new(64 * SHARDS * 2);
-        let c = FdCache::new(Arc::clone(&budget));
+        let c = FdCache::new(Arc::clone(&budget), usize::MAX);
         let cap = c.capacity();
         assert_eq!(cap, 64 * SHARDS);
         let ids: Vec<u64> = (1..=(cap as u64 * 11 / 10)).map(|n| n << 4).collect();
@@ -275,7 +414,7 @@ mod tests {
     #[test]
     fn a_spent_budget_is_not_taken_and_shed_gives_it_back() {
         let budget = FdBudget::new(64);
-        let c = FdCache::new(Arc::clone(&budget));
+        let c = FdCache::new(Arc::clone(&budget), usize::MAX);
         let held: Vec<_> = (0..60).map(|_| budget.take().unwrap()).collect();
         for n in 1..=20u64 {
             c.insert(n << 4, fd());
@@ -288,8 +427,55 @@ mod tests {
         assert!(c.is_empty());
         drop(held);
         // A budget too small for a cache: nothing is cached.
-        let tiny = FdCache::new(FdBudget::new(20));
+        let tiny = FdCache::new(FdBudget::new(20), usize::MAX);
         tiny.insert(16, fd());
         assert!(tiny.is_empty());
+    }
+
+    #[test]
+    fn an_fd_not_used_for_two_sweeps_is_closed_and_a_used_one_stays() {
+        let budget = FdBudget::new(1000);
+        let c = FdCache::new(Arc::clone(&budget), DEFAULT_SIZE);
+        c.insert(16, fd());
+        c.insert(32, fd());
+        assert_eq!(c.sweep(), 2, "both were used since the last sweep");
+        assert!(c.get(16).is_some());
+        assert_eq!(c.sweep(), 1, "32 was not used for a whole sweep period");
+        assert!(c.get(32).is_none());
+        assert_eq!(c.sweep(), 0);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[test]
+    fn the_reaper_closes_idle_fds_within_the_limit_and_sleeps_when_empty() {
+        let budget = FdBudget::new(1000);
+        let c = FdCache::new(Arc::clone(&budget), DEFAULT_SIZE);
+        for round in 0..2 {
+            let start = std::time::Instant::now();
+            c.insert(16, fd());
+            while !c.is_empty() {
+                assert!(
+                    start.elapsed() < IDLE_LIMIT + Duration::from_millis(200),
+                    "round {round}"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert_eq!(budget.in_use(), 0);
+            // Asleep now: the next insert wakes it (the second round checks it does).
+            std::thread::sleep(SWEEP_PERIOD * 2);
+        }
+    }
+
+    #[test]
+    fn the_size_caps_the_cache_and_zero_disables_it() {
+        let budget = FdBudget::new(100_000);
+        assert_eq!(
+            FdCache::new(Arc::clone(&budget), DEFAULT_SIZE).capacity(),
+            DEFAULT_SIZE
+        );
+        let off = FdCache::new(Arc::clone(&budget), 0);
+        off.insert(16, fd());
+        assert!(off.is_empty());
+        assert_eq!(budget.in_use(), 0);
     }
 }

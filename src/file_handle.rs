@@ -142,16 +142,16 @@ impl MountFds {
     /// inode of type `kind` on that mount) if needed. `open_by_handle_at` refuses O_PATH mount
     /// fds, so this re-opens the inode read-only through `/proc/self/fd`; only directories and
     /// regular files are opened (opening a device or FIFO could have side effects): for other
-    /// types it fails with `EOPNOTSUPP`.
+    /// types it fails with `EOPNOTSUPP`. Returns whether the mount was new.
     pub fn ensure(
         &self,
         mnt_id: u64,
         fd: BorrowedFd,
         kind: u32,
         proc_self_fd: BorrowedFd,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         if self.get(mnt_id).is_some() {
-            return Ok(());
+            return Ok(false);
         }
         if kind != libc::S_IFDIR && kind != libc::S_IFREG {
             return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
@@ -175,7 +175,7 @@ impl MountFds {
             .unwrap_or_else(|e| e.into_inner())
             .entry(mnt_id)
             .or_insert_with(|| Arc::new(mount));
-        Ok(())
+        Ok(true)
     }
 
     /// Opens `handle` with `flags`.

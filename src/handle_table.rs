@@ -5,11 +5,12 @@
 //! still using the file (requests hold an `Arc`). The table is sharded by `fh` like the inode
 //! table; the shard lock covers only map operations, never I/O.
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::fd_budget::FdToken;
 
@@ -63,10 +64,6 @@ impl Default for HandleTable {
             next: AtomicU64::new(1),
         }
     }
-}
-
-fn lock(m: &Shard) -> MutexGuard<'_, HashMap<u64, Arc<OpenFile>>> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl HandleTable {

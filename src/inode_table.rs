@@ -15,6 +15,7 @@
 //!   inode. No lock is held across a syscall: callers do their openat/statx/name_to_handle_at
 //!   first and then call [`InodeTable::insert`], which re-checks under the lock.
 
+use crate::sync::lock;
 use std::collections::hash_map::{DefaultHasher, Entry};
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -22,7 +23,7 @@ use std::hash::{Hash, Hasher};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::fd_budget::FdToken;
 use crate::file_handle::{FileHandle, MountFds};
@@ -30,7 +31,8 @@ use crate::file_handle::{FileHandle, MountFds};
 /// The node ID of the shared directory itself.
 pub const ROOT_ID: u64 = 1;
 
-const SHARD_BITS: u32 = 4;
+/// A node ID's shard is in its low `SHARD_BITS` bits (the rest is a per-shard sequence).
+pub const SHARD_BITS: u32 = 4;
 /// Number of independently locked parts of the table.
 pub const SHARDS: usize = 1 << SHARD_BITS;
 
@@ -156,12 +158,6 @@ struct Shard {
 pub struct InodeTable {
     root: Arc<Inode>,
     shards: Box<[Mutex<Shard>]>,
-}
-
-fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    // A panic elsewhere cannot leave a shard half-updated (every update is a few map operations
-    // that do not panic), so a poisoned lock is still consistent.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn shard_of_key(key: &InodeKey) -> usize {

@@ -17,6 +17,7 @@ pub mod sandbox;
 pub mod seccomp;
 pub mod shutdown;
 pub mod stall_watch;
+pub mod sync;
 pub mod systemd;
 pub mod vhost_device;
 pub mod worker_pool;

@@ -17,13 +17,21 @@
 //!    namespace, gets SIGKILL when the supervisor dies (`PR_SET_PDEATHSIG`), unshares a new
 //!    mount and network namespace, makes every mount a slave of the host's (host unmounts still
 //!    propagate in, nothing propagates out) and mounts a fresh `/proc` of its own pid namespace,
-//!    so the `/proc/self/fd` that `PassthroughFs::new` opens next shows no host process.
+//!    so the `/proc/self/fd` that `PassthroughFs::new` opens next shows no host process. Last,
+//!    it bind-mounts the shared dir on itself, recursively (the future root, see below).
 //! 2. [`Sandbox::confine`], once the filesystem holds its fds (shared dir, `/proc/self/fd`) and
 //!    the listening socket exists, before the first connection is accepted: `namespace`
-//!    bind-mounts the shared dir on itself, `pivot_root`s into it and detaches the old root;
-//!    `chroot` chroots into it. From then on no host path outside the share resolves.
+//!    `pivot_root`s into that bind mount and detaches the old root; `chroot` chroots into the
+//!    shared dir. From then on no host path outside the share resolves.
 //!
 //! Invariants:
+//! - The share's root fd (opened by `PassthroughFs::new` between the two steps) must be on the
+//!   mount that stays: in `namespace` mode the bind mount made in step 1, which `pivot_root`
+//!   turns into `/`. An fd opened on the shared dir before that bind would sit on the copy of
+//!   the host's mount that detaching the old root takes away, and with it every filesystem
+//!   mounted below the share: the guest would see the empty directories under them. The bind
+//!   is a slave of the host's mount (it is made after `MS_SLAVE | MS_REC`), so filesystems the
+//!   host mounts or unmounts below a shared share later propagate into it.
 //! - Nothing after [`Sandbox::confine`] may open a host path: the passthrough only uses the
 //!   fds it holds; the pid file and the socket are created before; syslog (`--syslog`)
 //!   connects to `/dev/log` when logging is set up, before `enter` (a syslog daemon restart
@@ -182,7 +190,7 @@ impl Sandbox {
             })?;
         }
         if mode == SandboxMode::Namespace {
-            enter_namespaces().map_err(|e| {
+            enter_namespaces(&cfg.shared_dir).map_err(|e| {
                 format!(
                     "cannot set up the namespace sandbox ({e}); run as root with namespaces \
                      available, or pass --sandbox=chroot or --sandbox=none"
@@ -414,8 +422,9 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// unshare(NEWPID), fork; the parent supervises, the child sets up its mount/net namespaces.
-fn enter_namespaces() -> io::Result<()> {
+/// unshare(NEWPID), fork; the parent supervises, the child sets up its mount/net namespaces
+/// and bind-mounts `shared_dir` on itself (the root [`pivot_into`] enters).
+fn enter_namespaces(shared_dir: &Path) -> io::Result<()> {
     // SAFETY: plain syscall; CLONE_NEWPID only affects children created afterwards.
     check(
         unsafe { libc::unshare(libc::CLONE_NEWPID) },
@@ -483,6 +492,26 @@ fn enter_namespaces() -> io::Result<()> {
             )
         },
         "mounting /proc",
+    )?;
+    bind_on_itself(shared_dir)
+}
+
+/// Bind-mounts `dir` on itself with every mount below it: the mount `pivot_into` makes the
+/// root, on which the share's root fd must be opened (module invariants).
+fn bind_on_itself(dir: &Path) -> io::Result<()> {
+    let c = cstring(dir)?;
+    // SAFETY: valid C strings; null fs type and data.
+    check(
+        unsafe {
+            libc::mount(
+                c.as_ptr(),
+                c.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            )
+        },
+        "bind-mounting the shared dir",
     )
 }
 
@@ -556,22 +585,10 @@ fn supervise(child: libc::pid_t, _alive: OwnedFd) -> ! {
     std::process::exit(code)
 }
 
-/// Bind-mounts `dir` on itself, pivots the root into it and detaches the old root.
+/// Pivots the root into `dir` (the bind mount [`bind_on_itself`] made) and detaches the old
+/// root, with every mount below it that is not also below `dir`.
 fn pivot_into(dir: &Path) -> io::Result<()> {
     let c = cstring(dir)?;
-    // SAFETY: valid C strings; null fs type and data.
-    check(
-        unsafe {
-            libc::mount(
-                c.as_ptr(),
-                c.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            )
-        },
-        "bind-mounting the shared dir",
-    )?;
     let old_root = open_dir(c"/")?;
     let new_root = open_dir(&c)?;
     // SAFETY: plain syscalls on fds we hold and NUL-terminated literals.

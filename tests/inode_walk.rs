@@ -1,8 +1,10 @@
 //! The "Windows guest" walk: 100,000 files in one directory, READDIRPLUS over all of it, then
 //! LOOKUP + GETATTR of every entry, and never a FORGET. With file handles (prefer, mandatory)
-//! the daemon must hold no fd per inode (only its bounded fd cache), and the guest can still
-//! open files up to its whole fd budget; with O_PATH fds (never) and a small fd limit the guest
-//! gets ENFILE once its budget is spent, and the daemon keeps serving.
+//! the daemon must hold no fd per inode: during the walk at most 1,024 fds in all (its fd cache
+//! is capped below that by default), after 2 s idle at most 64 (a cached fd closes 1 s after
+//! the guest last used its inode), and the guest can still open files up to its whole fd
+//! budget; with O_PATH fds (never) and a small fd limit the guest gets ENFILE once its budget
+//! is spent, and the daemon keeps serving.
 //!
 //! Prints the daemon's RSS growth per inode held and the largest fd count seen, per mode.
 
@@ -13,13 +15,17 @@ use std::sync::Arc;
 
 use common::{spawn_vhostfs, Daemon, FuseClient, TempDir, TestGuest};
 use vhostfs::fd_budget::DAEMON_RESERVE;
-use vhostfs::fd_cache::MAX_CACHED;
 
 const FILES: usize = 100_000;
 const ROOT: u64 = 1;
 const ENFILE: i32 = libc::ENFILE;
 /// The guest's fd budget with `--rlimit-nofile=4096`.
 const BUDGET: usize = 4096 - DAEMON_RESERVE;
+/// The most fds the daemon may hold during the walk, with the default fd cache size.
+const MAX_FDS_DURING: usize = 1024;
+/// The most fds it may hold once the guest has been idle for [`IDLE`].
+const MAX_FDS_IDLE: usize = 64;
+const IDLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 struct Walk {
     /// Entries READDIRPLUS handed out with a node ID.
@@ -133,15 +139,22 @@ fn handle_mode(mode: &str) {
     assert_eq!(w.stopped_by, None, "the walk must not fail in {mode} mode");
     assert_eq!(w.entries, FILES);
     assert_eq!(w.looked_up, FILES);
-    // The only fds held for inodes are those of the fd cache: at most half the budget.
-    let cache = (BUDGET / 2).min(MAX_CACHED);
+    // The only fds held for inodes are those of the fd cache, bounded in number...
     assert!(
-        w.max_fds <= cache + 64,
-        "{mode}: the daemon held {} fds, its fd cache may hold {cache}",
+        w.max_fds <= MAX_FDS_DURING,
+        "{mode}: the daemon held {} fds during the walk, at most {MAX_FDS_DURING} allowed",
         w.max_fds
     );
+    // ...and in time: with the guest idle they are closed.
+    std::thread::sleep(IDLE);
+    let idle_fds = daemon.fd_count().unwrap();
+    assert!(
+        idle_fds <= MAX_FDS_IDLE,
+        "{mode}: the daemon holds {idle_fds} fds after {IDLE:?} idle, at most {MAX_FDS_IDLE} allowed"
+    );
     println!(
-        "{mode}: {FILES} inodes held, max fds {} (fd cache up to {cache}), RSS growth {} B/inode",
+        "{mode}: {FILES} inodes held, max fds {} during the walk, {idle_fds} after {IDLE:?} idle, \
+         RSS growth {} B/inode",
         w.max_fds,
         w.rss_growth / FILES as i64
     );

@@ -117,6 +117,39 @@ fn unprivileged_namespace_run_serves_from_a_user_namespace() {
     assert_eq!(fs::metadata(shared.join("new")).unwrap().uid(), NOBODY);
 }
 
+#[test]
+fn unprivileged_namespace_run_sees_submounts() {
+    let (shared, sock_dir) = dirs(NOBODY);
+    let sub = shared.join("tmp");
+    fs::create_dir(&sub).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "uid=65534,gid=65534", "vhostfs-test"])
+        .arg(&sub)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "mount tmpfs");
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&sub);
+    fs::write(sub.join("f"), b"in the tmpfs").unwrap();
+    let socket = sock_dir.join("s");
+    let mut cmd = vhostfs(&socket, shared.path(), &[]);
+    cmd.uid(NOBODY).gid(NOBODY);
+    let _daemon = Daemon::spawn(&mut cmd, &socket).unwrap();
+    let client = connect(&socket);
+    let dir = client.lookup(FUSE_ROOT_ID, "tmp").unwrap();
+    let f = client
+        .lookup(dir.nodeid, "f")
+        .expect("a file of the submount");
+    assert_eq!(f.attr.size, 12);
+    let o = client.open(f.nodeid, libc::O_RDONLY as u32).unwrap();
+    assert_eq!(client.read(f.nodeid, o.fh, 0, 64).unwrap(), b"in the tmpfs");
+}
+
 /// Runs `cmd` to its end; returns its stderr, which must be one line, and checks it failed
 /// without leaving its socket behind.
 fn one_line_failure(cmd: &mut Command, socket: &Path) -> String {

@@ -48,6 +48,7 @@ fn defaults_match_virtiofsd() {
             cache: CacheMode::Auto,
             thread_pool_size: default_thread_pool_size(),
             rlimit_nofile: None,
+            fd_cache_size: 960,
             readonly: false,
             xattr: false,
             posix_acl: Negotiation::Never,

@@ -10,9 +10,11 @@ use fuse_backend_rs::abi::fuse_abi::SetattrIn;
 
 use super::sys::{self, check};
 use super::{check_name, err, Attr, Context, Entry, PassthroughFs, FUSE_ATTR_SUBMOUNT};
+use crate::cli::InodeFileHandles;
 use crate::credentials::Credentials;
 use crate::file_handle::FileHandle;
 use crate::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
+use crate::sync::lock;
 
 const FATTR_MODE: u32 = 1 << 0;
 const FATTR_UID: u32 = 1 << 1;
@@ -58,7 +60,7 @@ impl PassthroughFs {
                     self.forget(stale.nodeid, 1);
                 }
                 let kind = st.stx_mode as u32 & libc::S_IFMT;
-                let (source, fd) = self.source_for(fd, kind)?;
+                let (source, fd) = self.source_for(fd, kind, key.mnt_id, name)?;
                 let inode = self.inodes.insert(Inode::new(key, kind, source));
                 if let Some(fd) = fd {
                     self.cache_fd(&inode, fd);
@@ -83,30 +85,77 @@ impl PassthroughFs {
         })
     }
 
-    /// How a newly seen inode (of type `kind`) will be reached: its handle (and then `fd` is
-    /// given back, for the fd cache), or `fd` itself.
-    fn source_for(&self, fd: OwnedFd, kind: u32) -> io::Result<(InodeSource, Option<OwnedFd>)> {
+    /// How a newly seen inode (of type `kind`, on mount `mnt_id`, found as `name`) will be
+    /// reached: its handle (and then `fd` is given back, for the fd cache), or `fd` itself.
+    fn source_for(
+        &self,
+        fd: OwnedFd,
+        kind: u32,
+        mnt_id: u64,
+        name: &CStr,
+    ) -> io::Result<(InodeSource, Option<OwnedFd>)> {
         if self.use_handles {
             let handle = FileHandle::from_fd(fd.as_fd(), c"")?
                 .ok_or_else(|| err(libc::EOPNOTSUPP))
                 .and_then(|h| {
-                    self.mounts
-                        .ensure(h.mnt_id, fd.as_fd(), kind, self.proc_self_fd.as_fd())?;
+                    let new = self.mounts.ensure(
+                        h.mnt_id,
+                        fd.as_fd(),
+                        kind,
+                        self.proc_self_fd.as_fd(),
+                    )?;
+                    if new {
+                        log::debug!(
+                            "{:?} (mount ID {}, {}) is served through file handles",
+                            name,
+                            h.mnt_id,
+                            sys::fs_type(fd.as_fd())
+                        );
+                    }
                     Ok(h)
                 });
             match handle {
                 Ok(h) => return Ok((InodeSource::Handle(h), Some(fd))),
-                // A sub-filesystem without handles: the lookup fails, the daemon goes on.
-                Err(e)
-                    if self.cfg.inode_file_handles == crate::cli::InodeFileHandles::Mandatory =>
-                {
-                    return Err(e)
+                Err(e) => {
+                    let mandatory = self.cfg.inode_file_handles == InodeFileHandles::Mandatory;
+                    self.no_handles_seen(mnt_id, name, fd.as_fd(), &e, mandatory);
+                    // A sub-filesystem without handles: the lookup fails, the daemon goes on.
+                    if mandatory {
+                        return Err(e);
+                    }
                 }
-                Err(_) => {}
             }
         }
         let token = self.take_token()?;
         Ok((InodeSource::Fd { fd, _token: token }, None))
+    }
+
+    /// Says once per mount what happens to a filesystem below the share without file handles
+    /// (`e`): served through O_PATH fds (debug), or refused under `mandatory` (a warning).
+    fn no_handles_seen(
+        &self,
+        mnt_id: u64,
+        name: &CStr,
+        fd: BorrowedFd,
+        e: &io::Error,
+        mandatory: bool,
+    ) {
+        if !lock(&self.no_handles).insert(mnt_id) {
+            return;
+        }
+        let fs = sys::fs_type(fd);
+        if mandatory {
+            log::warn!(
+                "{name:?} (mount ID {mnt_id}, {fs}) has no file handles ({e}): with \
+                 --inode-file-handles=mandatory lookups there fail with that error; the rest of \
+                 the share is served"
+            );
+        } else {
+            log::debug!(
+                "{name:?} (mount ID {mnt_id}, {fs}) has no file handles ({e}): served through \
+                 O_PATH fds"
+            );
+        }
     }
 
     fn entry(&self, inode: &Arc<Inode>, attr: libc::statx, attr_flags: u32) -> Entry {

@@ -20,10 +20,11 @@ mod files;
 pub(crate) mod sys;
 mod xattrs;
 
+use std::collections::HashSet;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cli::InodeFileHandles;
@@ -104,6 +105,8 @@ pub struct FsConfig {
     pub announce_submounts: bool,
     /// How many fds the guest may make us hold (opened files, dirs, O_PATH inodes).
     pub fd_budget: usize,
+    /// How many O_PATH fds of handle-backed inodes the fd cache may hold (0: no cache).
+    pub fd_cache_size: usize,
 }
 
 const FUSE_ATTR_SUBMOUNT: u32 = 1;
@@ -125,6 +128,9 @@ pub struct PassthroughFs {
     budget: Arc<FdBudget>,
     /// `/proc/self/fd`, opened before any sandboxing, to re-open O_PATH fds.
     proc_self_fd: OwnedFd,
+    /// Mount IDs below the share found to have no file handles, each logged once (written
+    /// only on a lookup that meets a new one).
+    no_handles: Mutex<HashSet<u64>>,
 }
 
 fn err(errno: i32) -> io::Error {
@@ -220,7 +226,7 @@ impl PassthroughFs {
                 _token: token,
             },
         );
-        let fd_cache = FdCache::new(Arc::clone(&budget));
+        let fd_cache = FdCache::new(Arc::clone(&budget), cfg.fd_cache_size);
         if use_handles {
             grow_fd_table(proc_self_fd.as_fd(), fd_cache.capacity() + DAEMON_RESERVE);
         }
@@ -233,6 +239,7 @@ impl PassthroughFs {
             fd_cache,
             budget,
             proc_self_fd,
+            no_handles: Mutex::default(),
         })
     }
 
@@ -244,7 +251,13 @@ impl PassthroughFs {
     ) -> io::Result<()> {
         let h = FileHandle::from_fd(root, c"")?.ok_or_else(|| err(libc::EOPNOTSUPP))?;
         mounts.ensure(h.mnt_id, root, libc::S_IFDIR, proc_self_fd)?;
-        mounts.open(&h, libc::O_PATH).map(drop)
+        mounts.open(&h, libc::O_PATH).map(drop)?;
+        log::debug!(
+            "the shared dir (mount ID {}, {}) is served through file handles",
+            h.mnt_id,
+            sys::fs_type(root)
+        );
+        Ok(())
     }
 
     /// Whether inodes are keyed by file handles.

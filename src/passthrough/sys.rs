@@ -56,6 +56,32 @@ pub fn dev_of(st: &libc::statx) -> u64 {
     libc::makedev(st.stx_dev_major, st.stx_dev_minor)
 }
 
+/// The filesystem type of what `fd` is on, for log lines: its name for the common ones, else
+/// the `f_type` magic number.
+pub fn fs_type(fd: BorrowedFd) -> String {
+    let mut sfs = MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: valid fd and a writable statfs buffer.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), sfs.as_mut_ptr()) } < 0 {
+        return "unknown filesystem".into();
+    }
+    // SAFETY: fstatfs filled it.
+    let magic = unsafe { sfs.assume_init() }.f_type as u64;
+    let name = match magic {
+        0xef53 => "ext4",
+        0x5846_5342 => "xfs",
+        0x9123_683e => "btrfs",
+        0x0102_1994 => "tmpfs",
+        0x794c_7630 => "overlayfs",
+        0x6969 => "nfs",
+        0x2fc1_2fc1 => "zfs",
+        0x6573_5546 => "fuse",
+        0xff53_4d42 => "cifs",
+        0x00c3_6400 => "ceph",
+        _ => return format!("filesystem type {magic:#x}"),
+    };
+    name.into()
+}
+
 /// fsync or fdatasync.
 pub fn sync_fd(fd: BorrowedFd, datasync: bool) -> io::Result<()> {
     let fd = fd.as_raw_fd();

@@ -38,6 +38,12 @@ impl Session {
         Session::start_on(TempDir::new_in(base, "fs-ops-shared").unwrap(), extra, 1)
     }
 
+    /// vhostfs with `extra` arguments on `shared` as it is (e.g. with mounts below it), one
+    /// request queue.
+    pub fn start_on_share(shared: TempDir, extra: &[&str]) -> Session {
+        Session::start_on(shared, extra, 1)
+    }
+
     fn start_on(shared: TempDir, extra: &[&str], queues: usize) -> Session {
         let sock_dir = TempDir::new("fs-ops-sock").unwrap();
         let socket = sock_dir.join("vfs.sock");

@@ -1,0 +1,10 @@
+//! Locking shared by every module.
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks `m`, recovering the data from a poisoned lock: a request that panicked while holding a
+/// lock must not take the whole daemon down with it (every structure locked here stays
+/// consistent between its statements: maps updated in one call).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
