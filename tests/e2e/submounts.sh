@@ -478,9 +478,11 @@ boot() {
       dnote[$tag]="${dnote[$tag]:+${dnote[$tag]}; }panic/crash in its log"
     fi
   done
-  # Leftovers of an aborted run (the guest's hot mount is normally gone already).
+  # Leftovers of an aborted boot (the hot mounts and pinned files are normally gone already):
+  # the next boot starts clean.
   for tag in "${tags[@]}"; do
     ! mountpoint -q "$D/hot/$tag" 2>/dev/null || umount -l "$D/hot/$tag"
+    rm -f "$T/pin/$tag.bin"
   done
   local timing
   timing="daemon_start=$(elapsed "$t0" "$t_sock")s boot=$([ -n "$t_init" ] && elapsed "$t_qemu" "$t_init" || echo -)s"
