@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use vhostfs::cli::InodeFileHandles;
 use vhostfs::fuse_server::abi::*;
 use vhostfs::fuse_server::{FuseServer, ServerOptions};
+use vhostfs::passthrough::InodeFileHandles;
 use vhostfs::passthrough::{FsConfig, PassthroughFs};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{

@@ -17,10 +17,9 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::capabilities::ModCaps;
-use crate::landlock::LandlockMode;
-use crate::sandbox::{IdMap, SandboxMode};
-use crate::seccomp::SeccompMode;
+pub use crate::fuse_server::Negotiation;
+pub use crate::passthrough::InodeFileHandles;
+use crate::sandbox::{IdMap, LandlockMode, ModCaps, SandboxConfig, SandboxMode, SeccompMode};
 
 mod compat;
 use compat::Effective;
@@ -58,32 +57,6 @@ pub enum SocketSource {
     /// Neither option: the socket must come from systemd socket activation (`LISTEN_FDS`),
     /// taken at start-up by `systemd::take_activation_socket`.
     Activation,
-}
-
-/// When to reference inodes by file handle rather than by an `O_PATH` file descriptor
-/// (`--inode-file-handles=never|prefer|mandatory`; `fallback` is a deprecated alias of
-/// `prefer`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InodeFileHandles {
-    /// Always use `O_PATH` file descriptors.
-    Never,
-    /// Use file handles where the filesystem supports them, else `O_PATH` descriptors.
-    Prefer,
-    /// Always use file handles; fail where they are not supported.
-    Mandatory,
-}
-
-impl FromStr for InodeFileHandles {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "never" => Ok(Self::Never),
-            "prefer" | "fallback" => Ok(Self::Prefer),
-            "mandatory" => Ok(Self::Mandatory),
-            _ => Err("expected one of: never, prefer, mandatory".into()),
-        }
-    }
 }
 
 /// The caching policy told to the guest (`--cache=auto|always|metadata|never`).
@@ -151,30 +124,6 @@ impl FromStr for CacheMode {
     }
 }
 
-/// How hard to negotiate a FUSE feature with the guest (`--posix-acl=never|auto|always`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Negotiation {
-    /// Do not offer it.
-    Never,
-    /// Use it if the guest offers it, else continue without.
-    Auto,
-    /// Use it; a guest that does not offer it fails INIT.
-    Always,
-}
-
-impl FromStr for Negotiation {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "never" => Ok(Self::Never),
-            "auto" => Ok(Self::Auto),
-            "always" => Ok(Self::Always),
-            _ => Err(format!("expected one of: {}", NEGOTIATION.join(", "))),
-        }
-    }
-}
-
 /// Everything the daemon needs to run, resolved from the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -232,6 +181,22 @@ pub struct Config {
     pub deprecations: Vec<String>,
 }
 
+impl Config {
+    /// The sandbox's part of the configuration.
+    pub fn sandbox_config(&self) -> SandboxConfig {
+        SandboxConfig {
+            mode: self.sandbox,
+            shared_dir: self.shared_dir.clone(),
+            uid_map: self.uid_map.clone(),
+            gid_map: self.gid_map.clone(),
+            modcaps: self.modcaps.clone(),
+            handles_required: self.inode_file_handles == InodeFileHandles::Mandatory,
+            landlock: self.landlock,
+            seccomp: self.seccomp,
+        }
+    }
+}
+
 /// A command-line error: one line, without the `error:` prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CliError(String);
@@ -268,7 +233,7 @@ pub fn command() -> clap::Command {
     Opt::command()
 }
 
-const NEGOTIATION: &[&str] = &["never", "auto", "always"];
+use crate::fuse_server::NEGOTIATION;
 const SANDBOX: &[&str] = &["namespace", "chroot", "none"];
 const SECCOMP: &[&str] = &["none", "kill", "log", "trap"];
 const INODE_FILE_HANDLES: &[&str] = &["never", "fallback", "prefer", "mandatory"];

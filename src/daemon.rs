@@ -264,7 +264,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         SocketSource::Path(p) => vec![p.clone(), PidFile::path_for(p)],
         SocketSource::Fd(_) | SocketSource::Activation => Vec::new(),
     };
-    let sandbox = Sandbox::enter(&cfg, created)?;
+    let sandbox_cfg = cfg.sandbox_config();
+    let sandbox = Sandbox::enter(&sandbox_cfg, created)?;
     let fs_cfg = FsConfig {
         shared_dir: cfg.shared_dir.clone(),
         inode_file_handles: cfg.inode_file_handles,
@@ -298,7 +299,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         disarmed.socket = None;
         std::mem::forget(disarmed.pid_file.take());
     }
-    sandbox.confine(&cfg, fs.uses_file_handles())?;
+    sandbox.confine(&sandbox_cfg, fs.uses_file_handles())?;
     // Signals are handled by a thread of their own, started after `confine` (threads started
     // before would keep the capabilities and miss Landlock) and before any other thread, which
     // all inherit the blocked signal mask.

@@ -9,8 +9,8 @@ use vm_memory::ByteValued;
 
 use super::abi::*;
 use super::reply::{self, einval};
+use super::Negotiation;
 use super::{FuseServer, ServerOptions};
-use crate::cli::Negotiation;
 
 /// Largest WRITE/READ payload we announce: 1 MiB.
 pub const MAX_WRITE: u32 = 1 << 20;

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use fuse_backend_rs::abi::fuse_abi::SetattrIn;
 
 use super::sys::{self, check};
-use super::{check_name, err, Attr, Context, Entry, PassthroughFs, FUSE_ATTR_SUBMOUNT};
-use crate::cli::InodeFileHandles;
+use super::{
+    check_name, err, Attr, Context, Entry, InodeFileHandles, PassthroughFs, FUSE_ATTR_SUBMOUNT,
+};
 use crate::credentials::Credentials;
 use crate::file_handle::FileHandle;
 use crate::inode_table::{Inode, InodeFd, InodeKey, InodeSource};

@@ -27,7 +27,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::cli::InodeFileHandles;
 use crate::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
 use crate::fd_cache::FdCache;
 use crate::file_handle::{FileHandle, MountFds};
@@ -85,6 +84,32 @@ pub struct DirEntry<'a> {
 pub enum XattrReply {
     Size(u32),
     Data(Vec<u8>),
+}
+
+/// When to reference inodes by file handle rather than by an `O_PATH` file descriptor
+/// (`--inode-file-handles=never|prefer|mandatory`; `fallback` is a deprecated alias of
+/// `prefer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InodeFileHandles {
+    /// Always use `O_PATH` file descriptors.
+    Never,
+    /// Use file handles where the filesystem supports them, else `O_PATH` descriptors.
+    Prefer,
+    /// Always use file handles; fail where they are not supported.
+    Mandatory,
+}
+
+impl std::str::FromStr for InodeFileHandles {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "never" => Ok(Self::Never),
+            "prefer" | "fallback" => Ok(Self::Prefer),
+            "mandatory" => Ok(Self::Mandatory),
+            _ => Err("expected one of: never, prefer, mandatory".into()),
+        }
+    }
 }
 
 /// Settings of the filesystem, from the command line.
