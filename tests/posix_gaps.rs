@@ -2,11 +2,14 @@
 //! daemon level; `tests/e2e/posix-probe.c` checks them in a Linux guest.
 //! - utimensat(AT_SYMLINK_NOFOLLOW) reaches us as SETATTR of times on the symlink's node: it
 //!   sets the link's own times, never its target's.
+//! - LSEEK SEEK_DATA/SEEK_HOLE answers exactly what the host file system answers, ENXIO and
+//!   negative offsets included, on files of many layouts, beyond 4 GiB, after appending.
 
 mod common;
 
-use std::fs;
-use std::os::unix::fs::{symlink, MetadataExt};
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{symlink, FileExt, MetadataExt};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -21,6 +24,10 @@ const FATTR_ATIME: u32 = 1 << 4;
 const FATTR_MTIME: u32 = 1 << 5;
 const FATTR_ATIME_NOW: u32 = 1 << 7;
 const FATTR_MTIME_NOW: u32 = 1 << 8;
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
 
 /// (atime, mtime) of `path` itself (a symlink is not followed), in (seconds, nanoseconds).
 fn times(path: &Path) -> ((i64, i64), (i64, i64)) {
@@ -147,4 +154,148 @@ fn utimes_on_a_symlink_set_the_links_own_times() {
         };
         assert_eq!(c.setattr(l.nodeid, &chmod).err(), Some(libc::EOPNOTSUPP));
     }
+}
+
+/// lseek(2) on the host file: the offset, or the errno.
+fn host_lseek(f: &File, offset: i64, whence: i32) -> Result<u64, i32> {
+    // SAFETY: a valid fd; lseek touches no memory.
+    let r = unsafe { libc::lseek64(f.as_raw_fd(), offset, whence) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    } else {
+        Ok(r as u64)
+    }
+}
+
+/// Every interesting offset of a file with data ranges starting or ending at `edges` and size
+/// `size`: each edge and its neighbours, the size and past it, negative ones, 4 GiB edges.
+fn probe_offsets(edges: &[u64], size: u64) -> Vec<i64> {
+    let mut offs = vec![0, 1, -1, -4096, i64::MIN, i64::MAX, 1 << 32, (1 << 32) + 1];
+    for &e in edges.iter().chain([size, 2 * size + 4096].iter()) {
+        let e = e as i64;
+        offs.extend([e - 1, e, e + 1]);
+    }
+    offs
+}
+
+/// Checks LSEEK SEEK_DATA and SEEK_HOLE through the daemon against the host at every probe
+/// offset of the file `name` (data ranges `data` of 64 KiB each), through a handle opened
+/// with `flags`. Returns how many answers were ENXIO (so a caller can see they were checked).
+fn compare_seeks(s: &Session, name: &str, data: &[u64], flags: u32) -> usize {
+    let c = &s.client;
+    let host = File::open(s.shared.join(name)).unwrap();
+    let size = host.metadata().unwrap().len();
+    let edges: Vec<u64> = data.iter().flat_map(|&d| [d, d + 64 * KIB]).collect();
+    let e = c.lookup(ROOT, name).unwrap();
+    let o = c.open(e.nodeid, flags).unwrap();
+    let mut enxio = 0;
+    for off in probe_offsets(&edges, size) {
+        for whence in [libc::SEEK_DATA, libc::SEEK_HOLE] {
+            let want = host_lseek(&host, off, whence);
+            let got = c.lseek(e.nodeid, o.fh, off as u64, whence as u32);
+            assert_eq!(got, want, "{name}: lseek({off}, {whence}) (size {size})");
+            enxio += usize::from(want == Err(libc::ENXIO));
+        }
+    }
+    c.release(e.nodeid, o.fh, flags).unwrap();
+    enxio
+}
+
+/// A host file `name` of size `size` with 64 KiB of data at each offset in `data`.
+fn sparse_file(dir: &Path, name: &str, data: &[u64], size: u64) {
+    let f = File::create(dir.join(name)).unwrap();
+    f.set_len(size).unwrap();
+    for &d in data {
+        f.write_at(&[b'x'; 64 * 1024], d).unwrap();
+    }
+}
+
+#[test]
+fn seek_data_and_seek_hole_answer_as_the_host_does() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    let layouts: &[(&str, &[u64], u64)] = &[
+        ("empty", &[], 0),
+        ("data-only", &[0], 64 * KIB),
+        ("hole-first", &[MIB], MIB + 64 * KIB),
+        ("hole-last", &[0], MIB),
+        ("data-hole-data", &[0, MIB], MIB + 64 * KIB),
+        ("beyond-4g", &[0, 4 * GIB, 5 * GIB + MIB], 6 * GIB),
+        ("past-4g-only", &[4 * GIB + 64 * KIB], 4 * GIB + 128 * KIB),
+    ];
+    for &(name, data, size) in layouts {
+        sparse_file(s.shared.path(), name, data, size);
+        let enxio = compare_seeks(&s, name, data, libc::O_RDONLY as u32);
+        // Negative offsets and offsets at or past EOF are ENXIO for both whences.
+        assert!(enxio >= 2 * 6, "{name}: only {enxio} ENXIO answers");
+    }
+    // The answers the suites expect, spelled out once.
+    let e = c.lookup(ROOT, "beyond-4g").unwrap();
+    let o = c.open(e.nodeid, libc::O_RDONLY as u32).unwrap();
+    let (data, hole) = (libc::SEEK_DATA as u32, libc::SEEK_HOLE as u32);
+    assert_eq!(c.lseek(e.nodeid, o.fh, 64 * KIB, data), Ok(4 * GIB));
+    assert_eq!(
+        c.lseek(e.nodeid, o.fh, 4 * GIB, hole),
+        Ok(4 * GIB + 64 * KIB)
+    );
+    assert_eq!(c.lseek(e.nodeid, o.fh, 6 * GIB - 1, hole), Ok(6 * GIB - 1));
+    assert_eq!(c.lseek(e.nodeid, o.fh, 6 * GIB, hole), Err(libc::ENXIO));
+    assert_eq!(
+        c.lseek(e.nodeid, o.fh, 5 * GIB + 2 * MIB, data),
+        Err(libc::ENXIO)
+    );
+    for neg in [-1i64, i64::MIN] {
+        assert_eq!(c.lseek(e.nodeid, o.fh, neg as u64, data), Err(libc::ENXIO));
+        assert_eq!(c.lseek(e.nodeid, o.fh, neg as u64, hole), Err(libc::ENXIO));
+    }
+    // SEEK_SET to a negative offset stays EINVAL, as lseek(2) says.
+    assert_eq!(
+        c.lseek(e.nodeid, o.fh, -1i64 as u64, libc::SEEK_SET as u32),
+        Err(libc::EINVAL)
+    );
+    c.release(e.nodeid, o.fh, libc::O_RDONLY as u32).unwrap();
+}
+
+#[test]
+fn seek_data_and_seek_hole_after_appending_and_punching() {
+    let s = Session::start(&[]);
+    let c = &s.client;
+    sparse_file(s.shared.path(), "grow", &[0], MIB);
+    // Appended through an O_APPEND handle (the guest sends WRITE at its i_size).
+    let e = c.lookup(ROOT, "grow").unwrap();
+    let flags = (libc::O_WRONLY | libc::O_APPEND) as u32;
+    let a = c.open(e.nodeid, flags).unwrap();
+    assert_eq!(c.write(e.nodeid, a.fh, MIB, &[b'y'; 8192]), Ok(8192));
+    assert_eq!(
+        fs::metadata(s.shared.join("grow")).unwrap().len(),
+        MIB + 8192
+    );
+    let (data, hole) = (libc::SEEK_DATA as u32, libc::SEEK_HOLE as u32);
+    assert_eq!(c.lseek(e.nodeid, a.fh, 64 * KIB, data), Ok(MIB));
+    assert_eq!(c.lseek(e.nodeid, a.fh, MIB, hole), Ok(MIB + 8192));
+    assert_eq!(c.lseek(e.nodeid, a.fh, MIB + 8192, data), Err(libc::ENXIO));
+    c.release(e.nodeid, a.fh, flags).unwrap();
+    compare_seeks(&s, "grow", &[0, MIB], flags);
+
+    // A hole punched in the middle of data (FALLOCATE through the daemon).
+    sparse_file(
+        s.shared.path(),
+        "punched",
+        &[0, 64 * KIB, 128 * KIB],
+        192 * KIB,
+    );
+    let p = c.lookup(ROOT, "punched").unwrap();
+    let o = c.open(p.nodeid, libc::O_RDWR as u32).unwrap();
+    let punch = (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32;
+    c.fallocate(p.nodeid, o.fh, 64 * KIB, 64 * KIB, punch)
+        .unwrap();
+    assert_eq!(c.lseek(p.nodeid, o.fh, 0, hole), Ok(64 * KIB));
+    assert_eq!(c.lseek(p.nodeid, o.fh, 64 * KIB, data), Ok(128 * KIB));
+    c.release(p.nodeid, o.fh, libc::O_RDWR as u32).unwrap();
+    compare_seeks(
+        &s,
+        "punched",
+        &[0, 64 * KIB, 128 * KIB],
+        libc::O_RDWR as u32,
+    );
 }
