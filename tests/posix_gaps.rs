@@ -1,7 +1,12 @@
-//! POSIX behaviours that conformance suites check in a real guest (issue 10 item 4), at the
-//! daemon level; `tests/e2e/posix-probe.c` checks them in a Linux guest.
+//! Three POSIX behaviours that conformance suites check in a real guest (issue 10 item 4), at
+//! the daemon level; `tests/e2e/posix-probe.c` checks them in a Linux guest.
 //! - utimensat(AT_SYMLINK_NOFOLLOW) reaches us as SETATTR of times on the symlink's node: it
 //!   sets the link's own times, never its target's.
+//! - ETXTBSY is the guest kernel's check, which for `open(O_RDONLY | O_TRUNC)` only comes
+//!   after `->open()`: so we decline FUSE_ATOMIC_O_TRUNC (the guest then opens without O_TRUNC
+//!   and truncates with SETATTR once its check passed), and a file keeps one node ID and
+//!   generation across CREATE, LOOKUP, READDIRPLUS and GETATTR (else the guest would make a
+//!   second inode, with a write count of its own).
 //! - LSEEK SEEK_DATA/SEEK_HOLE answers exactly what the host file system answers, ENXIO and
 //!   negative offsets included, on files of many layouts, beyond 4 GiB, after appending.
 
@@ -9,7 +14,7 @@ mod common;
 
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{symlink, FileExt, MetadataExt};
+use std::os::unix::fs::{symlink, FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -20,10 +25,12 @@ const ROOT: u64 = FUSE_ROOT_ID;
 const HANDLE_MODES: [&str; 2] = ["--inode-file-handles=never", "--inode-file-handles=prefer"];
 
 const FATTR_MODE: u32 = 1 << 0;
+const FATTR_SIZE: u32 = 1 << 3;
 const FATTR_ATIME: u32 = 1 << 4;
 const FATTR_MTIME: u32 = 1 << 5;
 const FATTR_ATIME_NOW: u32 = 1 << 7;
 const FATTR_MTIME_NOW: u32 = 1 << 8;
+const FATTR_CTIME: u32 = 1 << 10;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -153,6 +160,108 @@ fn utimes_on_a_symlink_set_the_links_own_times() {
             ..Default::default()
         };
         assert_eq!(c.setattr(l.nodeid, &chmod).err(), Some(libc::EOPNOTSUPP));
+    }
+}
+
+#[test]
+fn atomic_o_trunc_is_declined_so_the_guest_checks_etxtbsy_first() {
+    let s = Session::start(&[]);
+    assert_ne!(LINUX_6_12_VIRTIOFS_INIT_FLAGS & FUSE_ATOMIC_O_TRUNC, 0);
+    let flags = u64::from(s.init.flags) | (u64::from(s.init.flags2) << 32);
+    assert_eq!(
+        flags & FUSE_ATOMIC_O_TRUNC,
+        0,
+        "FUSE_ATOMIC_O_TRUNC negotiated"
+    );
+
+    // open(O_RDONLY | O_TRUNC) from such a guest: OPEN without O_TRUNC leaves the file alone
+    // (the guest's ETXTBSY check comes next), then SETATTR of size 0, mtime now, without fh.
+    let c = &s.client;
+    let path = s.shared.join("exe");
+    fs::write(&path, b"#!/bin/sh\nsleep 9\n").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    let e = c.lookup(ROOT, "exe").unwrap();
+    let o = c.open(e.nodeid, libc::O_RDONLY as u32).expect("OPEN");
+    assert_eq!(fs::read(&path).unwrap(), b"#!/bin/sh\nsleep 9\n");
+    let trunc = SetattrIn {
+        valid: FATTR_SIZE | FATTR_MTIME | FATTR_MTIME_NOW | FATTR_CTIME,
+        size: 0,
+        ..Default::default()
+    };
+    let a = c.setattr(e.nodeid, &trunc).expect("SETATTR size 0");
+    assert_eq!(a.attr.size, 0);
+    assert_eq!(fs::metadata(&path).unwrap().len(), 0);
+    // The read-only handle still reads (nothing now).
+    assert_eq!(c.read(e.nodeid, o.fh, 0, 64).unwrap(), b"");
+    c.release(e.nodeid, o.fh, libc::O_RDONLY as u32).unwrap();
+}
+
+/// The identity the guest keys its inode on: (node ID, generation, host inode, file type).
+fn identity(e: &EntryOut) -> (u64, u64, u64, u32) {
+    (
+        e.nodeid,
+        e.generation,
+        e.attr.ino,
+        e.attr.mode & libc::S_IFMT,
+    )
+}
+
+/// The READDIRPLUS entry of `name` in the root directory.
+fn readdirplus_entry(s: &Session, name: &str) -> EntryOut {
+    let c = &s.client;
+    let d = c.opendir(ROOT, libc::O_RDONLY as u32).unwrap();
+    let entries = c.readdirplus(ROOT, d.fh, 0, 64 * 1024).unwrap();
+    c.releasedir(ROOT, d.fh).unwrap();
+    entries
+        .into_iter()
+        .find(|e| e.dirent.name == name.as_bytes())
+        .unwrap_or_else(|| panic!("{name} not in READDIRPLUS"))
+        .entry
+}
+
+#[test]
+fn an_executable_keeps_one_node_across_create_lookup_readdirplus_getattr() {
+    for mode in HANDLE_MODES {
+        let s = Session::start(&[mode]);
+        let c = &s.client;
+        // As `cp -p` makes it: CREATE, WRITE, SETATTR of mode and times, RELEASE.
+        let (e, o) = c
+            .create(ROOT, "exe", 0o700, libc::O_WRONLY as u32, 0)
+            .expect("CREATE");
+        let id = identity(&e);
+        assert_eq!(id.3, libc::S_IFREG);
+        c.write(e.nodeid, o.fh, 0, &[0x7f; 8192]).unwrap();
+        let mut cp = set_times((1_000_000_000, 0), (1_000_000_000, 0));
+        cp.valid |= FATTR_MODE;
+        cp.mode = libc::S_IFREG | 0o755;
+        let a = c.setattr(e.nodeid, &cp).unwrap();
+        assert_eq!((a.attr.ino, a.attr.mode), (id.2, libc::S_IFREG | 0o755));
+        c.release(e.nodeid, o.fh, libc::O_WRONLY as u32).unwrap();
+
+        // The exec's LOOKUP (after the guest dropped its dentry), OPEN and GETATTR.
+        let l = c.lookup(ROOT, "exe").unwrap();
+        assert_eq!(identity(&l), id, "{mode}: LOOKUP");
+        let x = c.open(e.nodeid, libc::O_RDONLY as u32).unwrap();
+        let g = c.getattr(e.nodeid, Some(x.fh)).unwrap();
+        assert_eq!((g.attr.ino, g.attr.mode), (id.2, libc::S_IFREG | 0o755));
+        // `ls -l` meanwhile: READDIRPLUS must name the same node.
+        let r = readdirplus_entry(&s, "exe");
+        assert_eq!(identity(&r), id, "{mode}: READDIRPLUS");
+        assert_eq!(r.attr.mode, libc::S_IFREG | 0o755);
+        // Dropping some lookups (not all) and looking up again: still the same node.
+        c.forget(e.nodeid, 2);
+        let again = c.lookup(ROOT, "exe").unwrap();
+        assert_eq!(identity(&again), id, "{mode}: LOOKUP after FORGET");
+        let g = c.getattr(e.nodeid, None).unwrap();
+        assert_eq!((g.attr.ino, g.attr.mode & libc::S_IFMT), (id.2, id.3));
+        c.release(e.nodeid, x.fh, libc::O_RDONLY as u32).unwrap();
+
+        // A file the host made: LOOKUP first or READDIRPLUS first, the same node either way.
+        fs::write(s.shared.join("host-exe"), b"\x7fELF").unwrap();
+        let r = readdirplus_entry(&s, "host-exe");
+        let l = c.lookup(ROOT, "host-exe").unwrap();
+        assert_eq!(identity(&l), identity(&r), "{mode}: host file");
+        assert_eq!(identity(&readdirplus_entry(&s, "host-exe")), identity(&l));
     }
 }
 
