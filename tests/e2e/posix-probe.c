@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +36,9 @@
 
 static int failed, passed;
 
-static void result(int ok, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-#include <stdarg.h>
-static void result(int ok, const char *name, const char *fmt, ...)
+/* One check: "PASS: name", or "FAIL: name (details)". */
+static void __attribute__((format(printf, 3, 4))) result(int ok, const char *name,
+							 const char *fmt, ...)
 {
 	if (ok) {
 		passed++;
