@@ -334,10 +334,19 @@ impl PassthroughFs {
                 time(FATTR_ATIME, FATTR_ATIME_NOW, attr.atime, attr.atimensec),
                 time(FATTR_MTIME, FATTR_MTIME_NOW, attr.mtime, attr.mtimensec),
             ];
-            // SAFETY: valid fds, C string and a two-element times array.
+            // SAFETY: valid fds, C strings and a two-element times array.
             check(match &file {
                 Some(f) => unsafe { libc::futimens(f.file.as_raw_fd(), times.as_ptr()) },
-                None if inode.is_symlink() => return Err(err(libc::EOPNOTSUPP)),
+                // The link itself (the guest resolved any link it was asked to follow): its
+                // O_PATH fd with AT_EMPTY_PATH; /proc/self/fd/N would reach its target.
+                None if inode.is_symlink() => unsafe {
+                    libc::utimensat(
+                        path_fd.as_fd().as_raw_fd(),
+                        c"".as_ptr(),
+                        times.as_ptr(),
+                        libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                },
                 None => unsafe {
                     libc::utimensat(
                         self.proc_self_fd.as_raw_fd(),

@@ -228,7 +228,9 @@ impl PassthroughFs {
         whence: u32,
     ) -> io::Result<u64> {
         let f = self.handles.get(fh)?;
-        let off = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
+        // The guest's loff_t, sent as u64: a negative offset is the host's to judge (SEEK_DATA
+        // and SEEK_HOLE give ENXIO, as on a local file system).
+        let off = offset as i64;
         // SAFETY: valid fd. The shared file offset is not used by I/O (which is positional).
         let ret = unsafe { libc::lseek64(f.file.as_raw_fd(), off, whence as i32) };
         if ret < 0 {

@@ -4,8 +4,9 @@
 #   tests/e2e/mkinitramfs.sh [--extra-bin FILE]... [--compress gzip|zstd] OUT.cpio.gz [TEST_SCRIPT]
 #
 # TEST_SCRIPT (default: guest-fs-test.sh next to this file) is stored as /test.sh.
-# --extra-bin FILE (repeatable) adds a dynamically linked host binary as /bin/NAME, with every
-# library `ldd` lists and the dynamic loader at their host paths (used by benches/guest for fio).
+# --extra-bin FILE (repeatable) adds a host binary as /bin/NAME; a dynamically linked one with every
+# library `ldd` lists and the dynamic loader at their host paths (used by benches/guest for fio),
+# a static one alone (tests/e2e/posix-probe).
 # --compress zstd decompresses much faster in a TCG guest than the default gzip; use it for big
 # images. The /init
 # mounts proc/sys/dev, mounts the virtio-fs share on /mnt and runs `sh SCRIPT /mnt`, prints PASS/FAIL
@@ -70,7 +71,7 @@ for bin in "${extra_bins[@]}"; do
   while read -r lib; do
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
-  done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+  done < <(ldd "$bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
 done
 # Minimal passwd/group so `ls -l` / `stat` can print names; uid 1000 is the chown target.
 printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/tmp:/bin/sh\n' > "$root/etc/passwd"
