@@ -280,7 +280,7 @@ impl Harness {
             xattr: true,
             announce_submounts: false,
             fd_budget: FD_BUDGET,
-            fd_cache_size: vhostfs::fd_cache::DEFAULT_SIZE,
+            fd_cache_size: vhostfs::passthrough::fd_cache::DEFAULT_SIZE,
         })
         .unwrap();
         let fs = Arc::new(fs);

@@ -414,7 +414,7 @@ struct Opt {
     /// With file handles: how many O_PATH fds of inodes the guest uses to keep open (at most
     /// half the fd budget; each closes 1 s after the guest last used its inode; 0: none)
     /// [vhostfs only]
-    #[arg(long = "fd-cache-size", value_name = "N", default_value_t = crate::fd_cache::DEFAULT_SIZE)]
+    #[arg(long = "fd-cache-size", value_name = "N", default_value_t = crate::passthrough::fd_cache::DEFAULT_SIZE)]
     fd_cache_size: usize,
 
     /// Options in a format compatible with the legacy implementation [deprecated]

@@ -18,7 +18,7 @@ use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 use crate::cli::{Config, SocketSource};
-use crate::fd_budget::FdBudget;
+use crate::passthrough::fd_budget::FdBudget;
 use crate::fuse_server::{FuseServer, ServerOptions};
 use crate::passthrough::{FsConfig, PassthroughFs};
 use crate::pid_file::PidFile;
@@ -243,15 +243,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let nofile =
         set_rlimit_nofile(cfg.rlimit_nofile).map_err(|e| format!("--rlimit-nofile: {e}"))?;
     let budget = FdBudget::from_rlimit(nofile).limit();
-    if nofile <= crate::fd_budget::DAEMON_RESERVE as u64 {
+    if nofile <= crate::passthrough::fd_budget::DAEMON_RESERVE as u64 {
         return Err(format!(
             "the open-file limit is {nofile}: too low to be useful (vhostfs keeps {} fds for \
              itself; use --rlimit-nofile of at least {}, or raise LimitNOFILE=/ulimit -n)",
-            crate::fd_budget::DAEMON_RESERVE,
-            2 * crate::fd_budget::DAEMON_RESERVE
+            crate::passthrough::fd_budget::DAEMON_RESERVE,
+            2 * crate::passthrough::fd_budget::DAEMON_RESERVE
         ));
     }
-    if nofile < 2 * crate::fd_budget::DAEMON_RESERVE as u64 {
+    if nofile < 2 * crate::passthrough::fd_budget::DAEMON_RESERVE as u64 {
         log::warn!("the open-file limit is {nofile}: the guest can hold only {budget} open files");
     }
     // The socket is checked and bound on the host, before the sandbox: in its own network

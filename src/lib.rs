@@ -1,13 +1,7 @@
 //! vhostfs: a vhost-user virtio-fs daemon. See docs/ARCHITECTURE.md for the map.
 pub mod cli;
-pub mod credentials;
 pub mod daemon;
-pub mod fd_budget;
-pub mod fd_cache;
-pub mod file_handle;
 pub mod fuse_server;
-pub mod handle_table;
-pub mod inode_table;
 pub mod logger;
 pub mod passthrough;
 pub mod pid_file;

@@ -54,7 +54,7 @@ fn server() -> (FuseServer, Share) {
         xattr: false,
         announce_submounts: false,
         fd_budget: 1000,
-        fd_cache_size: crate::fd_cache::DEFAULT_SIZE,
+        fd_cache_size: crate::passthrough::fd_cache::DEFAULT_SIZE,
     })
     .unwrap();
     (

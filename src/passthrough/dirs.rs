@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use super::sys::sync_fd;
 use super::{err, Context, DirEntry, Entry, Opened, PassthroughFs};
-use crate::handle_table::OpenFile;
+use super::handle_table::OpenFile;
 
 /// getdents64 buffer size per directory handle.
 const DIRENT_BUF: usize = 32 * 1024;

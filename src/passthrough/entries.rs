@@ -12,9 +12,9 @@ use super::sys::{self, check};
 use super::{
     check_name, err, Attr, Context, Entry, InodeFileHandles, PassthroughFs, FUSE_ATTR_SUBMOUNT,
 };
-use crate::credentials::Credentials;
-use crate::file_handle::FileHandle;
-use crate::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
+use super::credentials::Credentials;
+use super::file_handle::FileHandle;
+use super::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
 use crate::sync::lock;
 
 const FATTR_MODE: u32 = 1 << 0;

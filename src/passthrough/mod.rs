@@ -14,9 +14,15 @@
 //! data), `dirs` (directory handles), `xattrs`, `acl` (the umask under `--posix-acl`).
 
 mod acl;
+mod credentials;
 mod dirs;
 mod entries;
+pub mod fd_budget;
+pub mod fd_cache;
+mod file_handle;
 mod files;
+mod handle_table;
+mod inode_table;
 pub(crate) mod sys;
 mod xattrs;
 
@@ -27,11 +33,11 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
-use crate::fd_cache::FdCache;
-use crate::file_handle::{FileHandle, MountFds};
-use crate::handle_table::HandleTable;
-use crate::inode_table::{Inode, InodeFd, InodeKey, InodeSource, InodeTable};
+use self::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
+use self::fd_cache::FdCache;
+use self::file_handle::{FileHandle, MountFds};
+use self::handle_table::HandleTable;
+use self::inode_table::{Inode, InodeFd, InodeKey, InodeSource, InodeTable};
 
 /// The caller of one request, from `fuse_in_header`.
 #[derive(Clone, Copy, Debug)]

@@ -25,8 +25,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::fd_budget::FdToken;
-use crate::file_handle::{FileHandle, MountFds};
+use super::fd_budget::FdToken;
+use super::file_handle::{FileHandle, MountFds};
 
 /// The node ID of the shared directory itself.
 pub const ROOT_ID: u64 = 1;
@@ -66,7 +66,6 @@ pub struct Inode {
 /// An fd for one operation on an inode: borrowed from the table or opened for the occasion.
 pub enum InodeFd<'a> {
     Borrowed(BorrowedFd<'a>),
-    Owned(OwnedFd),
     Shared(Arc<OwnedFd>),
 }
 
@@ -74,7 +73,6 @@ impl AsFd for InodeFd<'_> {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             InodeFd::Borrowed(fd) => *fd,
-            InodeFd::Owned(fd) => fd.as_fd(),
             InodeFd::Shared(fd) => fd.as_fd(),
         }
     }
@@ -182,10 +180,6 @@ impl InodeTable {
             .by_key
             .insert(root.key, ROOT_ID);
         InodeTable { root, shards }
-    }
-
-    pub fn root(&self) -> &Arc<Inode> {
-        &self.root
     }
 
     /// The inode of `nodeid`, or `EBADF` for a node ID the guest does not hold.
@@ -302,10 +296,6 @@ impl InodeTable {
             .sum::<usize>()
     }
 
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
     /// Lookups held on `nodeid` (0 if unknown).
     pub fn lookups(&self, nodeid: u64) -> u64 {
         self.get(nodeid)
@@ -317,7 +307,7 @@ impl InodeTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fd_budget::FdBudget;
+    use crate::passthrough::fd_budget::FdBudget;
 
     fn fd_inode(ino: u64, budget: &Arc<FdBudget>) -> Inode {
         let fd = std::fs::File::open("/").unwrap().into();
@@ -379,7 +369,7 @@ mod tests {
         assert!(t.get(ROOT_ID).is_ok());
         assert_eq!(budget.in_use(), 1);
         assert_eq!(
-            t.ref_existing(&t.root().key.clone()).unwrap().nodeid,
+            t.ref_existing(&t.get(ROOT_ID).unwrap().key.clone()).unwrap().nodeid,
             ROOT_ID
         );
     }

@@ -113,11 +113,6 @@ impl FileHandle {
         // SAFETY: a fresh fd we own.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
-
-    /// Heap bytes this handle costs (for memory accounting in tests and docs).
-    pub fn heap_size(&self) -> usize {
-        self.bytes.len()
-    }
 }
 
 /// One O_PATH fd per mount ID, to open handles against.
