@@ -18,8 +18,8 @@ use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 use crate::cli::{Config, SocketSource};
-use crate::passthrough::fd_budget::FdBudget;
 use crate::fuse_server::{FuseServer, ServerOptions};
+use crate::passthrough::fd_budget::FdBudget;
 use crate::passthrough::{FsConfig, PassthroughFs};
 use crate::pid_file::PidFile;
 use crate::sandbox::{Sandbox, SandboxMode};

@@ -5,9 +5,9 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
+use super::handle_table::OpenFile;
 use super::sys::sync_fd;
 use super::{err, Context, DirEntry, Entry, Opened, PassthroughFs};
-use super::handle_table::OpenFile;
 
 /// getdents64 buffer size per directory handle.
 const DIRENT_BUF: usize = 32 * 1024;

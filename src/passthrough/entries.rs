@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::SetattrIn;
 
+use super::credentials::Credentials;
+use super::file_handle::FileHandle;
+use super::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
 use super::sys::{self, check};
 use super::{
     check_name, err, Attr, Context, Entry, InodeFileHandles, PassthroughFs, FUSE_ATTR_SUBMOUNT,
 };
-use super::credentials::Credentials;
-use super::file_handle::FileHandle;
-use super::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
 use crate::sync::lock;
 
 const FATTR_MODE: u32 = 1 << 0;

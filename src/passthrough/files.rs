@@ -6,13 +6,13 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 
+use super::credentials::Credentials;
+use super::handle_table::OpenFile;
+use super::inode_table::{Inode, InodeKey, InodeSource};
 use super::sys::{self, check};
 use super::{
     check_name, err, Context, Entry, Opened, PassthroughFs, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE,
 };
-use super::credentials::Credentials;
-use super::handle_table::OpenFile;
-use super::inode_table::{Inode, InodeKey, InodeSource};
 
 /// Open flags the guest may not pass through: creation is done by CREATE (which puts O_CREAT
 /// back, and keeps the guest's O_EXCL), O_NOCTTY is the daemon's business. O_DIRECT too, unless

@@ -369,7 +369,9 @@ mod tests {
         assert!(t.get(ROOT_ID).is_ok());
         assert_eq!(budget.in_use(), 1);
         assert_eq!(
-            t.ref_existing(&t.get(ROOT_ID).unwrap().key.clone()).unwrap().nodeid,
+            t.ref_existing(&t.get(ROOT_ID).unwrap().key.clone())
+                .unwrap()
+                .nodeid,
             ROOT_ID
         );
     }
