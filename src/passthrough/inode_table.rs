@@ -18,15 +18,15 @@
 use crate::sync::lock;
 use std::collections::hash_map::{DefaultHasher, Entry};
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::hash::{Hash, Hasher};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::fd_budget::FdToken;
 use super::file_handle::{FileHandle, MountFds};
+use super::sys;
 
 /// The node ID of the shared directory itself.
 pub const ROOT_ID: u64 = 1;
@@ -123,24 +123,8 @@ impl Inode {
         }
         match &self.source {
             InodeSource::Handle(h) => mounts.open(h, flags),
-            InodeSource::Fd { fd, .. } => {
-                let name = CString::new(fd.as_raw_fd().to_string()).expect("digits have no NUL");
-                // /proc/self/fd/N is a magic link: O_NOFOLLOW would fail it with ELOOP (the
-                // inode is known not to be a symlink, checked above).
-                // SAFETY: valid dirfd and NUL-terminated name; the result is checked and owned.
-                let ret = unsafe {
-                    libc::openat(
-                        proc_self_fd.as_raw_fd(),
-                        name.as_ptr(),
-                        (flags & !libc::O_NOFOLLOW) | libc::O_CLOEXEC,
-                    )
-                };
-                if ret < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // SAFETY: a fresh fd we own.
-                Ok(unsafe { OwnedFd::from_raw_fd(ret) })
-            }
+            // The inode is known not to be a symlink (checked above).
+            InodeSource::Fd { fd, .. } => sys::reopen(proc_self_fd, fd.as_fd(), flags),
         }
     }
 }

@@ -29,7 +29,7 @@ mod xattrs;
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -168,18 +168,6 @@ fn err(errno: i32) -> io::Error {
     io::Error::from_raw_os_error(errno)
 }
 
-/// Makes the kernel's fd table of this process `n` fds large now. It grows by doubling as fds are
-/// opened, and in a multi-threaded process every doubling waits for an RCU grace period (up to
-/// milliseconds): filling the fd cache would stall requests that many times.
-fn grow_fd_table(any: BorrowedFd, n: usize) {
-    // SAFETY: F_DUPFD_CLOEXEC of a valid fd; the new fd is closed at once.
-    let fd = unsafe { libc::fcntl(any.as_raw_fd(), libc::F_DUPFD_CLOEXEC, n as libc::c_int) };
-    if fd >= 0 {
-        // SAFETY: `fd` was just opened here and is not used elsewhere.
-        unsafe { libc::close(fd) };
-    }
-}
-
 /// ENOSPC or EDQUOT.
 pub fn is_nospace(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
@@ -259,7 +247,7 @@ impl PassthroughFs {
         );
         let fd_cache = FdCache::new(Arc::clone(&budget), cfg.fd_cache_size);
         if use_handles {
-            grow_fd_table(proc_self_fd.as_fd(), fd_cache.capacity() + DAEMON_RESERVE);
+            sys::grow_fd_table(proc_self_fd.as_fd(), fd_cache.capacity() + DAEMON_RESERVE);
         }
         Ok(PassthroughFs {
             cfg,
