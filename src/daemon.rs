@@ -3,6 +3,10 @@
 //! Order matters: every check that can fail on the host (shared dir, fd limit, file handles,
 //! pid file, socket) runs before the socket accepts, so a bad set-up is one error line and a
 //! non-zero exit, never a half-working device.
+//!
+//! Threads: the process is single-threaded until `Sandbox::confine` (the sandbox's module doc
+//! says why); the signal thread starts right after it, before every other thread, which
+//! inherit its blocked signal mask (`shutdown`).
 
 use crate::sync::lock;
 use std::fs;

@@ -3,7 +3,7 @@
 //! A handle names an inode without holding it open, so an inode table keyed by handles holds no
 //! fd per inode. Opening one needs CAP_DAC_READ_SEARCH and an fd on the same mount: [`MountFds`]
 //! keeps one O_PATH fd per mount ID seen in the share (a handful; they are part of the daemon's
-//! fd reserve, not of the guest's budget).
+//! fd reserve, not of the guest's budget). `MountFds` is an `RwLock`, written once per new mount.
 
 use std::collections::HashMap;
 use std::ffi::CStr;

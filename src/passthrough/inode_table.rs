@@ -9,7 +9,13 @@
 //!   entry the guest is given (LOOKUP, CREATE, MKDIR, READDIRPLUS, ...) and down by FORGET. When
 //!   it reaches zero the inode leaves the table, and its fd (if any) closes once the last request
 //!   using it drops its `Arc`.
-//! - The root (node ID 1) never dies.
+//!   The entries that count: LOOKUP, CREATE, MKNOD, MKDIR, SYMLINK, LINK, TMPFILE and each
+//!   READDIRPLUS entry but `.`/`..`; FORGET and BATCH_FORGET take them back.
+//! - The root (node ID 1) never dies. DESTROY clears everything but the root.
+//! - With file handles a dead inode costs nothing, and a re-lookup makes a new node ID. A node
+//!   whose inode the host deleted is stale (`ESTALE`); when the host reuses its inode number, a
+//!   lookup compares handles ([`Inode::replaced_by`]) and gives the new file a new node ID, and
+//!   the key maps to it (FORGET of the stale node leaves that mapping alone).
 //! - The table is split into [`SHARDS`] shards, each behind its own mutex; the shard of a node ID
 //!   is in its low bits and the shard of a key is its hash, so one shard holds both maps for an
 //!   inode. No lock is held across a syscall: callers do their openat/statx/name_to_handle_at
