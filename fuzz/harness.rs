@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use vhostfs::cli::InodeFileHandles;
 use vhostfs::fuse_server::abi::*;
 use vhostfs::fuse_server::{FuseServer, ServerOptions};
+use vhostfs::passthrough::InodeFileHandles;
 use vhostfs::passthrough::{FsConfig, PassthroughFs};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{
@@ -280,7 +280,7 @@ impl Harness {
             xattr: true,
             announce_submounts: false,
             fd_budget: FD_BUDGET,
-            fd_cache_size: vhostfs::fd_cache::DEFAULT_SIZE,
+            fd_cache_size: vhostfs::passthrough::fd_cache::DEFAULT_SIZE,
         })
         .unwrap();
         let fs = Arc::new(fs);

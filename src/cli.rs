@@ -8,7 +8,7 @@
 //! vhostfs already has (e.g. `--sandbox=none`, `--posix-acl=never`, `--no-killpriv-v2`).
 //! `docs/options.md` lists every option with its status.
 
-use clap::{CommandFactory, FromArgMatches, Parser};
+use clap::{CommandFactory, FromArgMatches};
 use std::ffi::OsString;
 use std::fmt;
 use std::mem::MaybeUninit;
@@ -17,13 +17,15 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::capabilities::ModCaps;
-use crate::landlock::LandlockMode;
-use crate::sandbox::{IdMap, SandboxMode};
-use crate::seccomp::SeccompMode;
+pub use crate::fuse_server::Negotiation;
+pub use crate::passthrough::InodeFileHandles;
+use crate::sandbox::{IdMap, LandlockMode, ModCaps, SandboxConfig, SandboxMode, SeccompMode};
 
 mod compat;
+mod options;
+
 use compat::Effective;
+use options::Opt;
 
 /// Maximum length in bytes of `--tag` (the size of the tag field of the virtio-fs config space).
 pub const MAX_TAG_LEN: usize = 36;
@@ -58,32 +60,6 @@ pub enum SocketSource {
     /// Neither option: the socket must come from systemd socket activation (`LISTEN_FDS`),
     /// taken at start-up by `systemd::take_activation_socket`.
     Activation,
-}
-
-/// When to reference inodes by file handle rather than by an `O_PATH` file descriptor
-/// (`--inode-file-handles=never|prefer|mandatory`; `fallback` is a deprecated alias of
-/// `prefer`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InodeFileHandles {
-    /// Always use `O_PATH` file descriptors.
-    Never,
-    /// Use file handles where the filesystem supports them, else `O_PATH` descriptors.
-    Prefer,
-    /// Always use file handles; fail where they are not supported.
-    Mandatory,
-}
-
-impl FromStr for InodeFileHandles {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "never" => Ok(Self::Never),
-            "prefer" | "fallback" => Ok(Self::Prefer),
-            "mandatory" => Ok(Self::Mandatory),
-            _ => Err("expected one of: never, prefer, mandatory".into()),
-        }
-    }
 }
 
 /// The caching policy told to the guest (`--cache=auto|always|metadata|never`).
@@ -151,30 +127,6 @@ impl FromStr for CacheMode {
     }
 }
 
-/// How hard to negotiate a FUSE feature with the guest (`--posix-acl=never|auto|always`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Negotiation {
-    /// Do not offer it.
-    Never,
-    /// Use it if the guest offers it, else continue without.
-    Auto,
-    /// Use it; a guest that does not offer it fails INIT.
-    Always,
-}
-
-impl FromStr for Negotiation {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "never" => Ok(Self::Never),
-            "auto" => Ok(Self::Auto),
-            "always" => Ok(Self::Always),
-            _ => Err(format!("expected one of: {}", NEGOTIATION.join(", "))),
-        }
-    }
-}
-
 /// Everything the daemon needs to run, resolved from the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -232,6 +184,22 @@ pub struct Config {
     pub deprecations: Vec<String>,
 }
 
+impl Config {
+    /// The sandbox's part of the configuration.
+    pub fn sandbox_config(&self) -> SandboxConfig {
+        SandboxConfig {
+            mode: self.sandbox,
+            shared_dir: self.shared_dir.clone(),
+            uid_map: self.uid_map.clone(),
+            gid_map: self.gid_map.clone(),
+            modcaps: self.modcaps.clone(),
+            handles_required: self.inode_file_handles == InodeFileHandles::Mandatory,
+            landlock: self.landlock,
+            seccomp: self.seccomp,
+        }
+    }
+}
+
 /// A command-line error: one line, without the `error:` prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CliError(String);
@@ -266,258 +234,6 @@ pub fn capabilities_json() -> String {
 /// (`vhostfs-gen`).
 pub fn command() -> clap::Command {
     Opt::command()
-}
-
-const NEGOTIATION: &[&str] = &["never", "auto", "always"];
-const SANDBOX: &[&str] = &["namespace", "chroot", "none"];
-const SECCOMP: &[&str] = &["none", "kill", "log", "trap"];
-const INODE_FILE_HANDLES: &[&str] = &["never", "fallback", "prefer", "mandatory"];
-const MIGRATION_MODE: &[&str] = &["find-paths", "file-handles"];
-const MIGRATION_ON_ERROR: &[&str] = &["abort", "guest-error"];
-
-/// A clap value parser accepting one of `allowed` (case-insensitively when `fold`).
-fn one_of(
-    allowed: &'static [&'static str],
-    fold: bool,
-) -> impl Fn(&str) -> Result<String, String> + Clone + Send + Sync + 'static {
-    move |s: &str| {
-        let s = if fold {
-            s.to_ascii_lowercase()
-        } else {
-            s.to_string()
-        };
-        if allowed.contains(&s.as_str()) {
-            Ok(s)
-        } else {
-            Err(format!("expected one of: {}", allowed.join(", ")))
-        }
-    }
-}
-
-fn parse_modcaps(s: &str) -> Result<ModCaps, String> {
-    s.parse()
-}
-
-fn parse_landlock(s: &str) -> Result<LandlockMode, String> {
-    s.parse()
-}
-
-fn parse_cache(s: &str) -> Result<CacheMode, String> {
-    s.parse()
-}
-
-fn parse_log_level(s: &str) -> Result<log::LevelFilter, String> {
-    s.parse()
-        .map_err(|_| "expected one of: error, warn, info, debug, trace, off".to_string())
-}
-
-fn parse_tag(s: &str) -> Result<String, String> {
-    if !s.is_empty() && s.len() <= MAX_TAG_LEN {
-        Ok(s.to_string())
-    } else {
-        Err(format!(
-            "the tag may not be empty or longer than {MAX_TAG_LEN} bytes (encoded as UTF-8)"
-        ))
-    }
-}
-
-/// The raw command line, spelled as virtiofsd 1.14 spells it (same order as its `--help`).
-#[derive(Clone, Debug, Parser)]
-#[command(
-    name = "vhostfs",
-    about = "Launch a vhostfs backend (a drop-in for virtiofsd).",
-    version,
-    args_override_self = true,
-    arg_required_else_help = true,
-    override_usage = "vhostfs --shared-dir <SHARED_DIR> --socket-path <SOCKET_PATH> [OPTIONS]"
-)]
-struct Opt {
-    /// Shared directory path
-    #[arg(long)]
-    shared_dir: Option<PathBuf>,
-
-    /// The tag that the virtio device advertises
-    #[arg(long, value_parser = parse_tag)]
-    tag: Option<String>,
-
-    /// vhost-user socket path [deprecated]
-    #[arg(long)]
-    socket: Option<PathBuf>,
-
-    /// vhost-user socket path
-    #[arg(long = "socket-path")]
-    socket_path: Option<PathBuf>,
-
-    /// Name of group for the vhost-user socket [not supported yet]
-    #[arg(long = "socket-group", conflicts_with_all = ["fd", "print_capabilities"])]
-    socket_group: Option<String>,
-
-    /// File descriptor for the listening (not yet connected) socket
-    #[arg(long, conflicts_with_all = ["socket_path", "socket"])]
-    fd: Option<RawFd>,
-
-    /// Maximum thread pool size. A value of "0" disables the pool [default: the number of CPUs;
-    /// pool threads only join a request queue that has a backlog]
-    #[arg(long)]
-    thread_pool_size: Option<usize>,
-
-    /// Enable support for extended attributes
-    #[arg(long)]
-    xattr: bool,
-
-    /// Enable support for posix ACLs (implies --xattr)
-    #[arg(long, require_equals = true, default_value = "never", default_missing_value = "always",
-          num_args = 0..=1, value_name = "never|auto|always", value_parser = one_of(NEGOTIATION, false))]
-    posix_acl: String,
-
-    /// Add custom rules for translating extended attributes between host and guest
-    /// [not supported yet]
-    #[arg(long)]
-    xattrmap: Option<String>,
-
-    /// Sandbox mechanism to isolate the daemon process (namespace, chroot, none)
-    #[arg(long, default_value = "namespace", value_parser = one_of(SANDBOX, true))]
-    sandbox: String,
-
-    /// Prevent the guest from making modifications to the filesystem
-    #[arg(long)]
-    readonly: bool,
-
-    /// Action to take when seccomp finds a not allowed syscall (none, kill, log, trap)
-    #[arg(long, default_value = "kill", value_parser = one_of(SECCOMP, false))]
-    seccomp: String,
-
-    /// Tell the guest which directories are mount points [default]
-    #[arg(long)]
-    announce_submounts: bool,
-
-    /// Do not tell the guest which directories are mount points
-    #[arg(long, overrides_with = "announce_submounts")]
-    no_announce_submounts: bool,
-
-    /// When to use file handles to reference inodes instead of O_PATH file descriptors
-    /// (never, prefer, mandatory; "fallback" is a deprecated alias for "prefer")
-    #[arg(long, require_equals = true, default_value = "prefer",
-          value_parser = one_of(INODE_FILE_HANDLES, false))]
-    inode_file_handles: String,
-
-    /// The caching policy the file system should use (auto, always, never, metadata)
-    #[arg(long, default_value = "auto", value_parser = parse_cache)]
-    cache: CacheMode,
-
-    /// Allow shared files to be mmap'd with --cache={metadata, never} [not supported yet]
-    #[arg(long)]
-    allow_mmap: bool,
-
-    /// Disable support for READDIRPLUS operations [not supported yet]
-    #[arg(long)]
-    no_readdirplus: bool,
-
-    /// Enable writeback cache [not supported yet]
-    #[arg(long)]
-    writeback: bool,
-
-    /// Honor the O_DIRECT flag passed down by guest applications
-    #[arg(long)]
-    allow_direct_io: bool,
-
-    /// Print vhost-user.json backend program capabilities and exit
-    #[arg(long = "print-capabilities")]
-    print_capabilities: bool,
-
-    /// Modify the list of capabilities, e.g., --modcaps=+sys_admin:-chown
-    #[arg(long, value_parser = parse_modcaps)]
-    modcaps: Option<ModCaps>,
-
-    /// Restrict filesystem access to the shared directory with Landlock (auto, on, off)
-    #[arg(long, default_value = "auto", value_parser = parse_landlock)]
-    landlock: LandlockMode,
-
-    /// Log level (error, warn, info, debug, trace, off)
-    #[arg(long = "log-level", default_value = "info", value_parser = parse_log_level)]
-    log_level: log::LevelFilter,
-
-    /// Log to syslog [default: stderr]
-    #[arg(long)]
-    syslog: bool,
-
-    /// Set maximum number of file descriptors (0 leaves rlimit unchanged)
-    /// [default: min(1000000, '/proc/sys/fs/nr_open')]
-    #[arg(long = "rlimit-nofile")]
-    rlimit_nofile: Option<u64>,
-
-    /// With file handles: how many O_PATH fds of inodes the guest uses to keep open (at most
-    /// half the fd budget; each closes 1 s after the guest last used its inode; 0: none)
-    /// [vhostfs only]
-    #[arg(long = "fd-cache-size", value_name = "N", default_value_t = crate::fd_cache::DEFAULT_SIZE)]
-    fd_cache_size: usize,
-
-    /// Options in a format compatible with the legacy implementation [deprecated]
-    #[arg(short = 'o')]
-    compat_options: Vec<String>,
-
-    /// Set log level to "debug" [deprecated]
-    #[arg(short = 'd')]
-    compat_debug: bool,
-
-    /// Disable KILLPRIV V2 support [default]
-    #[arg(long = "no-killpriv-v2")]
-    no_killpriv_v2: bool,
-
-    /// Enable KILLPRIV V2 support [not supported yet]
-    #[arg(long, overrides_with = "no_killpriv_v2")]
-    killpriv_v2: bool,
-
-    /// Compatibility option that has no effect [deprecated]
-    #[arg(short = 'f')]
-    compat_foreground: bool,
-
-    /// Enable security label support (implies --xattr) [only "never" is supported yet]
-    #[arg(long = "security-label", require_equals = true, default_value = "never",
-          default_missing_value = "always", num_args = 0..=1, value_name = "never|auto|always",
-          value_parser = one_of(NEGOTIATION, false))]
-    security_label: String,
-
-    /// Map a range of UIDs from the host into the namespace, given as
-    /// :namespace_uid:host_uid:count: (unprivileged --sandbox=namespace only; needs newuidmap)
-    #[arg(long)]
-    uid_map: Vec<IdMap>,
-
-    /// Map a range of GIDs from the host into the namespace, given as
-    /// :namespace_gid:host_gid:count: (unprivileged --sandbox=namespace only; needs newgidmap)
-    #[arg(long)]
-    gid_map: Vec<IdMap>,
-
-    /// Describe how to translate UIDs between guest and host, given as
-    /// '<type>:<source base>:<target base>:<count>' [not supported yet]
-    #[arg(long)]
-    translate_uid: Vec<String>,
-
-    /// Same as '--translate-uid', but for GIDs [not supported yet]
-    #[arg(long)]
-    translate_gid: Vec<String>,
-
-    /// Preserve O_NOATIME behavior [not supported yet]
-    #[arg(long = "preserve-noatime")]
-    preserve_noatime: bool,
-
-    /// How to perform migration (find-paths, file-handles) [not supported yet]
-    #[arg(long = "migration-mode", value_parser = one_of(MIGRATION_MODE, false))]
-    migration_mode: Option<String>,
-
-    /// How to respond to errors during migration (abort, guest-error) [not supported yet]
-    #[arg(long = "migration-on-error", value_parser = one_of(MIGRATION_ON_ERROR, false))]
-    migration_on_error: Option<String>,
-
-    /// Ensure that the migration destination opens the very same inodes as the source
-    /// [not supported yet]
-    #[arg(long = "migration-verify-handles")]
-    migration_verify_handles: bool,
-
-    /// Double-check the identity of inodes before switching over to the migration destination
-    /// [not supported yet]
-    #[arg(long = "migration-confirm-paths")]
-    migration_confirm_paths: bool,
 }
 
 /// Lists, in command-line order, the options that were given with an effect vhostfs does
@@ -716,3 +432,5 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_docs;

@@ -3,6 +3,10 @@
 //! Order matters: every check that can fail on the host (shared dir, fd limit, file handles,
 //! pid file, socket) runs before the socket accepts, so a bad set-up is one error line and a
 //! non-zero exit, never a half-working device.
+//!
+//! Threads: the process is single-threaded until `Sandbox::confine` (the sandbox's module doc
+//! says why); the signal thread starts right after it, before every other thread, which
+//! inherit its blocked signal mask (`shutdown`).
 
 use crate::sync::lock;
 use std::fs;
@@ -18,8 +22,8 @@ use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 use crate::cli::{Config, SocketSource};
-use crate::fd_budget::FdBudget;
 use crate::fuse_server::{FuseServer, ServerOptions};
+use crate::passthrough::fd_budget::FdBudget;
 use crate::passthrough::{FsConfig, PassthroughFs};
 use crate::pid_file::PidFile;
 use crate::sandbox::{Sandbox, SandboxMode};
@@ -243,15 +247,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let nofile =
         set_rlimit_nofile(cfg.rlimit_nofile).map_err(|e| format!("--rlimit-nofile: {e}"))?;
     let budget = FdBudget::from_rlimit(nofile).limit();
-    if nofile <= crate::fd_budget::DAEMON_RESERVE as u64 {
+    if nofile <= crate::passthrough::fd_budget::DAEMON_RESERVE as u64 {
         return Err(format!(
             "the open-file limit is {nofile}: too low to be useful (vhostfs keeps {} fds for \
              itself; use --rlimit-nofile of at least {}, or raise LimitNOFILE=/ulimit -n)",
-            crate::fd_budget::DAEMON_RESERVE,
-            2 * crate::fd_budget::DAEMON_RESERVE
+            crate::passthrough::fd_budget::DAEMON_RESERVE,
+            2 * crate::passthrough::fd_budget::DAEMON_RESERVE
         ));
     }
-    if nofile < 2 * crate::fd_budget::DAEMON_RESERVE as u64 {
+    if nofile < 2 * crate::passthrough::fd_budget::DAEMON_RESERVE as u64 {
         log::warn!("the open-file limit is {nofile}: the guest can hold only {budget} open files");
     }
     // The socket is checked and bound on the host, before the sandbox: in its own network
@@ -264,7 +268,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         SocketSource::Path(p) => vec![p.clone(), PidFile::path_for(p)],
         SocketSource::Fd(_) | SocketSource::Activation => Vec::new(),
     };
-    let sandbox = Sandbox::enter(&cfg, created)?;
+    let sandbox_cfg = cfg.sandbox_config();
+    let sandbox = Sandbox::enter(&sandbox_cfg, created)?;
     let fs_cfg = FsConfig {
         shared_dir: cfg.shared_dir.clone(),
         inode_file_handles: cfg.inode_file_handles,
@@ -298,7 +303,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         disarmed.socket = None;
         std::mem::forget(disarmed.pid_file.take());
     }
-    sandbox.confine(&cfg, fs.uses_file_handles())?;
+    sandbox.confine(&sandbox_cfg, fs.uses_file_handles())?;
     // Signals are handled by a thread of their own, started after `confine` (threads started
     // before would keep the capabilities and miss Landlock) and before any other thread, which
     // all inherit the blocked signal mask.

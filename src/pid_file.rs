@@ -65,7 +65,9 @@ impl PidFile {
             }
             file.set_len(0)?;
             file.rewind()?;
-            file.write_all(format!("{}\n", crate::sandbox::supervisor_pid()).as_bytes())?;
+            // Created before the sandbox forks: this process becomes the namespace sandbox's
+            // supervisor, the one the host should signal.
+            file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
             return Ok(PidFile { path, file });
         }
     }

@@ -123,7 +123,8 @@ fn create_open_read_write_flush_fsync_release() {
     assert_eq!(c.read(e.nodeid, ro.fh, 100, 6).unwrap(), b"middle");
     assert_eq!(c.write(e.nodeid, ro.fh, 0, b"x").err(), Some(libc::EBADF));
     c.release(e.nodeid, ro.fh, RDONLY).unwrap();
-    // OPEN with O_TRUNC (FUSE_ATOMIC_O_TRUNC) truncates.
+    // OPEN with O_TRUNC truncates (a guest strips O_TRUNC, as FUSE_ATOMIC_O_TRUNC is not
+    // negotiated, but a client that sends it gets what open(2) does).
     let tr = c
         .open(e.nodeid, libc::O_WRONLY as u32 | libc::O_TRUNC as u32)
         .expect("OPEN O_TRUNC");

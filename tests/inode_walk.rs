@@ -14,7 +14,7 @@ use std::fs;
 use std::sync::Arc;
 
 use common::{spawn_vhostfs, Daemon, FuseClient, TempDir, TestGuest};
-use vhostfs::fd_budget::DAEMON_RESERVE;
+use vhostfs::passthrough::fd_budget::DAEMON_RESERVE;
 
 const FILES: usize = 100_000;
 const ROOT: u64 = 1;

@@ -9,8 +9,8 @@ use vm_memory::ByteValued;
 
 use super::abi::*;
 use super::reply::{self, einval};
+use super::Negotiation;
 use super::{FuseServer, ServerOptions};
-use crate::cli::Negotiation;
 
 /// Largest WRITE/READ payload we announce: 1 MiB.
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -18,12 +18,16 @@ pub const MAX_WRITE: u32 = 1 << 20;
 pub const MAX_PAGES: u16 = 256;
 
 /// Flags we negotiate whenever the guest offers them.
+///
+/// Not FUSE_ATOMIC_O_TRUNC: with it the guest sends O_TRUNC in OPEN, and an
+/// `open(O_RDONLY | O_TRUNC)` reaches us (and the host file is truncated) before the guest's
+/// ETXTBSY check of a file it is executing, which only comes after `->open()`. Without it the
+/// guest checks first and then truncates with a SETATTR.
 const WANTED: u64 = FUSE_ASYNC_READ
     | FUSE_PARALLEL_DIROPS
     | FUSE_BIG_WRITES
     | FUSE_AUTO_INVAL_DATA
     | FUSE_ASYNC_DIO
-    | FUSE_ATOMIC_O_TRUNC
     | FUSE_MAX_PAGES
     | FUSE_SUBMOUNTS
     | FUSE_INIT_EXT;
@@ -194,7 +198,6 @@ mod tests {
             | FUSE_BIG_WRITES
             | FUSE_AUTO_INVAL_DATA
             | FUSE_ASYNC_DIO
-            | FUSE_ATOMIC_O_TRUNC
             | FUSE_MAX_PAGES
             | FUSE_SUBMOUNTS
             | FUSE_DO_READDIRPLUS
@@ -202,6 +205,7 @@ mod tests {
             | FUSE_INIT_EXT;
         assert_eq!(all_flags(&out), expect);
         for never in [
+            FUSE_ATOMIC_O_TRUNC,
             FUSE_DONT_MASK,
             FUSE_POSIX_ACL,
             FUSE_HANDLE_KILLPRIV,

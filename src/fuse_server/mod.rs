@@ -25,8 +25,34 @@ use abi::*;
 use counters::Counters;
 use reply::{einval, errno_of};
 
-use crate::cli::Negotiation;
 use crate::passthrough::{Context, PassthroughFs};
+
+/// The values of a [`Negotiation`] option.
+pub const NEGOTIATION: &[&str] = &["never", "auto", "always"];
+
+/// How hard to negotiate a FUSE feature with the guest (`--posix-acl=never|auto|always`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Negotiation {
+    /// Do not offer it.
+    Never,
+    /// Use it if the guest offers it, else continue without.
+    Auto,
+    /// Use it; a guest that does not offer it fails INIT.
+    Always,
+}
+
+impl std::str::FromStr for Negotiation {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "never" => Ok(Self::Never),
+            "auto" => Ok(Self::Auto),
+            "always" => Ok(Self::Always),
+            _ => Err(format!("expected one of: {}", NEGOTIATION.join(", "))),
+        }
+    }
+}
 
 /// Settings that change what INIT negotiates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -44,7 +44,7 @@ fn server() -> (FuseServer, Share) {
     std::fs::create_dir_all(&dir).unwrap();
     let fs = PassthroughFs::new(FsConfig {
         shared_dir: dir.clone(),
-        inode_file_handles: crate::cli::InodeFileHandles::Never,
+        inode_file_handles: crate::passthrough::InodeFileHandles::Never,
         entry_timeout: std::time::Duration::from_secs(1),
         attr_timeout: std::time::Duration::from_secs(1),
         direct_io: false,
@@ -54,7 +54,7 @@ fn server() -> (FuseServer, Share) {
         xattr: false,
         announce_submounts: false,
         fd_budget: 1000,
-        fd_cache_size: crate::fd_cache::DEFAULT_SIZE,
+        fd_cache_size: crate::passthrough::fd_cache::DEFAULT_SIZE,
     })
     .unwrap();
     (

@@ -8,7 +8,7 @@
 //! steps: a default ACL set or removed in between decides by its state at the check.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
 use super::sys;
 use super::PassthroughFs;
@@ -22,30 +22,18 @@ impl PassthroughFs {
             return Ok(0);
         };
         // The xattr calls take no O_PATH fd: open the directory itself.
-        let name = std::ffi::CString::new(dir.as_raw_fd().to_string()).expect("digits");
-        let dir = sys::openat(
+        let dir = sys::reopen(
             self.proc_self_fd.as_fd(),
-            &name,
+            dir,
             libc::O_RDONLY | libc::O_DIRECTORY,
-            0,
         )?;
-        // SAFETY: valid fd and C string; a null buffer of length 0 asks for the size only.
-        let n = unsafe {
-            libc::fgetxattr(
-                dir.as_raw_fd(),
-                c"system.posix_acl_default".as_ptr(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if n >= 0 {
-            return Ok(0);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
+        match sys::xattr::fgetxattr(dir.as_fd(), c"system.posix_acl_default", None) {
+            Ok(_) => Ok(0),
             // No default ACL, or a filesystem without ACLs.
-            Some(libc::ENODATA | libc::EOPNOTSUPP) => Ok(umask & 0o777),
-            _ => Err(e),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP)) => {
+                Ok(umask & 0o777)
+            }
+            Err(e) => Err(e),
         }
     }
 }

@@ -3,11 +3,11 @@
 use std::ffi::CStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::AsFd;
 
-use super::sys::sync_fd;
+use super::handle_table::OpenFile;
+use super::sys::fd as sysfd;
 use super::{err, Context, DirEntry, Entry, Opened, PassthroughFs};
-use crate::handle_table::OpenFile;
 
 /// getdents64 buffer size per directory handle.
 const DIRENT_BUF: usize = 32 * 1024;
@@ -50,11 +50,9 @@ impl PassthroughFs {
             return Err(err(libc::ENOTDIR));
         };
         let dir_inode = self.inodes.get(open.nodeid)?;
-        let fd = open.file.as_raw_fd();
-        // SAFETY: `open` keeps the fd valid for this call.
-        let dirfd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let dirfd = open.file.as_fd();
         // One READDIR per handle at a time: the fd's offset and the buffer are shared.
-        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = crate::sync::lock(state);
         let st = &mut *guard;
         if st.buf.len() != DIRENT_BUF {
             st.buf.resize(DIRENT_BUF, 0);
@@ -62,24 +60,14 @@ impl PassthroughFs {
         if st.pos >= st.len || st.offset != offset {
             // Not a continuation of the buffered entries: start over at `offset`.
             let off = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
-            // SAFETY: valid fd.
-            if unsafe { libc::lseek64(fd, off, libc::SEEK_SET) } < 0 {
-                return Err(io::Error::last_os_error());
-            }
+            sysfd::lseek(dirfd, off, libc::SEEK_SET)?;
             (st.len, st.pos, st.offset) = (0, 0, offset);
         }
         let mut added_any = false;
         loop {
             if st.pos + DIRENT64_HEADER > st.len {
-                // SAFETY: valid fd and a writable buffer of buf.len() bytes.
-                let n = unsafe {
-                    libc::syscall(libc::SYS_getdents64, fd, st.buf.as_mut_ptr(), st.buf.len())
-                };
-                if n < 0 {
-                    st.len = 0;
-                    return Err(io::Error::last_os_error());
-                }
-                (st.len, st.pos) = (n as usize, 0);
+                let n = sysfd::getdents64(dirfd, &mut st.buf).inspect_err(|_| st.len = 0)?;
+                (st.len, st.pos) = (n, 0);
                 if n == 0 {
                     return Ok(());
                 }
@@ -149,6 +137,6 @@ impl PassthroughFs {
         if open.dir.is_none() {
             return Err(err(libc::ENOTDIR));
         }
-        sync_fd(open.file.as_fd(), datasync)
+        sysfd::sync(open.file.as_fd(), datasync)
     }
 }

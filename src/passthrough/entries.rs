@@ -3,17 +3,18 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::SetattrIn;
 
-use super::sys::{self, check};
-use super::{check_name, err, Attr, Context, Entry, PassthroughFs, FUSE_ATTR_SUBMOUNT};
-use crate::cli::InodeFileHandles;
-use crate::credentials::Credentials;
-use crate::file_handle::FileHandle;
-use crate::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
+use super::credentials::Credentials;
+use super::file_handle::FileHandle;
+use super::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
+use super::sys;
+use super::{
+    check_name, err, Attr, Context, Entry, InodeFileHandles, PassthroughFs, FUSE_ATTR_SUBMOUNT,
+};
 use crate::sync::lock;
 
 const FATTR_MODE: u32 = 1 << 0;
@@ -253,25 +254,16 @@ impl PassthroughFs {
         let path_fd = self.path_fd(&inode)?;
         // The fd the changes go through: the open file if given, else the inode's O_PATH fd
         // (reached through /proc/self/fd where the syscall wants a path).
-        let proc_name =
-            std::ffi::CString::new(path_fd.as_fd().as_raw_fd().to_string()).expect("digits");
+        let proc_name = sys::proc_name(path_fd.as_fd());
         let valid = attr.valid;
         if valid & FATTR_MODE != 0 {
             if inode.is_symlink() {
                 return Err(err(libc::EOPNOTSUPP));
             }
-            // SAFETY: valid fds and C string.
-            check(match &file {
-                Some(f) => unsafe { libc::fchmod(f.file.as_raw_fd(), attr.mode) },
-                None => unsafe {
-                    libc::fchmodat(
-                        self.proc_self_fd.as_raw_fd(),
-                        proc_name.as_ptr(),
-                        attr.mode,
-                        0,
-                    )
-                },
-            })?;
+            match &file {
+                Some(f) => sys::fd::fchmod(f.file.as_fd(), attr.mode)?,
+                None => sys::fchmodat(self.proc_self_fd.as_fd(), &proc_name, attr.mode)?,
+            }
         }
         if valid & (FATTR_UID | FATTR_GID) != 0 {
             let uid = if valid & FATTR_UID != 0 {
@@ -284,22 +276,12 @@ impl PassthroughFs {
             } else {
                 u32::MAX
             };
-            // SAFETY: valid fd, empty path with AT_EMPTY_PATH.
-            check(unsafe {
-                libc::fchownat(
-                    path_fd.as_fd().as_raw_fd(),
-                    c"".as_ptr(),
-                    uid,
-                    gid,
-                    libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-                )
-            })?;
+            sys::fchown_fd(path_fd.as_fd(), uid, gid)?;
         }
         if valid & FATTR_SIZE != 0 {
             let size = i64::try_from(attr.size).map_err(|_| err(libc::EFBIG))?;
             match &file {
-                // SAFETY: valid fd.
-                Some(f) => check(unsafe { libc::ftruncate(f.file.as_raw_fd(), size) })?,
+                Some(f) => sys::fd::ftruncate(f.file.as_fd(), size)?,
                 None => {
                     if inode.is_dir() {
                         return Err(err(libc::EISDIR));
@@ -313,8 +295,7 @@ impl PassthroughFs {
                         self.proc_self_fd.as_fd(),
                         libc::O_WRONLY | libc::O_NONBLOCK,
                     )?;
-                    // SAFETY: valid fd.
-                    check(unsafe { libc::ftruncate(f.as_raw_fd(), size) })?
+                    sys::fd::ftruncate(f.as_fd(), size)?
                 }
             };
         }
@@ -333,19 +314,18 @@ impl PassthroughFs {
                 time(FATTR_ATIME, FATTR_ATIME_NOW, attr.atime, attr.atimensec),
                 time(FATTR_MTIME, FATTR_MTIME_NOW, attr.mtime, attr.mtimensec),
             ];
-            // SAFETY: valid fds, C string and a two-element times array.
-            check(match &file {
-                Some(f) => unsafe { libc::futimens(f.file.as_raw_fd(), times.as_ptr()) },
-                None if inode.is_symlink() => return Err(err(libc::EOPNOTSUPP)),
-                None => unsafe {
-                    libc::utimensat(
-                        self.proc_self_fd.as_raw_fd(),
-                        proc_name.as_ptr(),
-                        times.as_ptr(),
-                        0,
-                    )
-                },
-            })?;
+            match &file {
+                Some(f) => sys::fd::futimens(f.file.as_fd(), &times)?,
+                // The link itself (the guest resolved any link it was asked to follow): its
+                // O_PATH fd with AT_EMPTY_PATH; /proc/self/fd/N would reach its target.
+                None if inode.is_symlink() => sys::utimensat(
+                    path_fd.as_fd(),
+                    c"",
+                    &times,
+                    libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+                )?,
+                None => sys::utimensat(self.proc_self_fd.as_fd(), &proc_name, &times, 0)?,
+            }
         }
         sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED).map(|st| self.attr(st))
     }
@@ -355,22 +335,7 @@ impl PassthroughFs {
         if !inode.is_symlink() {
             return Err(err(libc::EINVAL));
         }
-        let fd = self.path_fd(&inode)?;
-        let mut buf = vec![0u8; libc::PATH_MAX as usize];
-        // SAFETY: valid fd, empty path (the fd is the link), writable buffer of buf.len() bytes.
-        let n = unsafe {
-            libc::readlinkat(
-                fd.as_fd().as_raw_fd(),
-                c"".as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        buf.truncate(n as usize);
-        Ok(buf)
+        sys::readlink(self.path_fd(&inode)?.as_fd())
     }
 
     /// Runs `make(dirfd, mask)` (a syscall creating `name` in `parent`, with the bits `mask`
@@ -382,7 +347,7 @@ impl PassthroughFs {
         parent: u64,
         name: &CStr,
         umask: Option<u32>,
-        make: impl Fn(BorrowedFd, u32) -> libc::c_int,
+        make: impl Fn(BorrowedFd, u32) -> io::Result<()>,
     ) -> io::Result<Entry> {
         self.check_writable()?;
         check_name(name)?;
@@ -391,7 +356,7 @@ impl PassthroughFs {
         let mask = self.creation_umask(fd.as_fd(), umask)?;
         {
             let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
-            self.retry_nospace(|| check(make(fd.as_fd(), mask)))?;
+            self.retry_nospace(|| make(fd.as_fd(), mask))?;
         }
         self.lookup_at(&dir, fd.as_fd(), name)
     }
@@ -403,9 +368,8 @@ impl PassthroughFs {
         name: &CStr,
         target: &CStr,
     ) -> io::Result<Entry> {
-        // SAFETY (closure): valid C strings and fd.
-        self.create_node(ctx, parent, name, None, |d, _| unsafe {
-            libc::symlinkat(target.as_ptr(), d.as_raw_fd(), name.as_ptr())
+        self.create_node(ctx, parent, name, None, |d, _| {
+            sys::symlinkat(target, d, name)
         })
     }
 
@@ -420,14 +384,8 @@ impl PassthroughFs {
         rdev: u32,
         umask: Option<u32>,
     ) -> io::Result<Entry> {
-        // SAFETY (closure): valid C string and fd.
-        self.create_node(ctx, parent, name, umask, |d, mask| unsafe {
-            libc::mknodat(
-                d.as_raw_fd(),
-                name.as_ptr(),
-                mode & !mask,
-                libc::dev_t::from(rdev),
-            )
+        self.create_node(ctx, parent, name, umask, |d, mask| {
+            sys::mknodat(d, name, mode & !mask, rdev)
         })
     }
 
@@ -440,9 +398,8 @@ impl PassthroughFs {
         mode: u32,
         umask: Option<u32>,
     ) -> io::Result<Entry> {
-        // SAFETY (closure): valid C string and fd.
-        self.create_node(ctx, parent, name, umask, |d, mask| unsafe {
-            libc::mkdirat(d.as_raw_fd(), name.as_ptr(), mode & !mask)
+        self.create_node(ctx, parent, name, umask, |d, mask| {
+            sys::mkdirat(d, name, mode & !mask)
         })
     }
 
@@ -452,8 +409,7 @@ impl PassthroughFs {
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
         self.uncache_name(fd.as_fd(), name);
-        // SAFETY: valid fd and C string.
-        check(unsafe { libc::unlinkat(fd.as_fd().as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+        sys::unlinkat(fd.as_fd(), name, flags)
     }
 
     /// Drops the cached fd of the inode `name` in `dir` names (about to be unlinked or renamed
@@ -505,17 +461,7 @@ impl PassthroughFs {
         if flags & libc::RENAME_EXCHANGE == 0 {
             self.uncache_name(newfd.as_fd(), newname);
         }
-        // SAFETY: valid fds and C strings.
-        check(unsafe {
-            libc::renameat2(
-                oldfd.as_fd().as_raw_fd(),
-                oldname.as_ptr(),
-                newfd.as_fd().as_raw_fd(),
-                newname.as_ptr(),
-                flags,
-            )
-        })
-        .map(drop)
+        sys::renameat2(oldfd.as_fd(), oldname, newfd.as_fd(), newname, flags)
     }
 
     pub fn link(
@@ -533,16 +479,7 @@ impl PassthroughFs {
         }
         let dir = self.dir(newparent)?;
         let (fd, dirfd) = (self.path_fd(&inode)?, self.path_fd(&dir)?);
-        // SAFETY: valid fds and C strings; AT_EMPTY_PATH links the inode `fd` refers to.
-        check(unsafe {
-            libc::linkat(
-                fd.as_fd().as_raw_fd(),
-                c"".as_ptr(),
-                dirfd.as_fd().as_raw_fd(),
-                newname.as_ptr(),
-                libc::AT_EMPTY_PATH,
-            )
-        })?;
+        sys::link_fd(fd.as_fd(), dirfd.as_fd(), newname)?;
         self.lookup_at(&dir, dirfd.as_fd(), newname)
     }
 }

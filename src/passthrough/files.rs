@@ -6,13 +6,13 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 
-use super::sys::{self, check};
+use super::credentials::Credentials;
+use super::handle_table::OpenFile;
+use super::inode_table::{Inode, InodeKey, InodeSource};
+use super::sys;
 use super::{
     check_name, err, Context, Entry, Opened, PassthroughFs, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE,
 };
-use crate::credentials::Credentials;
-use crate::handle_table::OpenFile;
-use crate::inode_table::{Inode, InodeKey, InodeSource};
 
 /// Open flags the guest may not pass through: creation is done by CREATE (which puts O_CREAT
 /// back, and keeps the guest's O_EXCL), O_NOCTTY is the daemon's business. O_DIRECT too, unless
@@ -132,8 +132,7 @@ impl PassthroughFs {
             let mode = mode & 0o7777 & !mask;
             sys::openat(dirfd.as_fd(), c".", flags | libc::O_TMPFILE, mode)?
         };
-        let name = std::ffi::CString::new(fd.as_raw_fd().to_string()).expect("digits");
-        let path_fd = sys::openat(self.proc_self_fd.as_fd(), &name, libc::O_PATH, 0)?;
+        let path_fd = sys::reopen(self.proc_self_fd.as_fd(), fd.as_fd(), libc::O_PATH)?;
         let st = sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
         let key = InodeKey {
             ino: st.stx_ino,
@@ -196,7 +195,7 @@ impl PassthroughFs {
     }
 
     pub fn fsync(&self, _ctx: &Context, _nodeid: u64, fh: u64, datasync: bool) -> io::Result<()> {
-        sys::sync_fd(self.handles.get(fh)?.file.as_fd(), datasync)
+        sys::fd::sync(self.handles.get(fh)?.file.as_fd(), datasync)
     }
 
     pub fn fallocate(
@@ -212,11 +211,7 @@ impl PassthroughFs {
         let f = self.handles.get(fh)?;
         let off = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
         let len = i64::try_from(length).map_err(|_| err(libc::EINVAL))?;
-        self.retry_nospace(|| {
-            // SAFETY: valid fd.
-            check(unsafe { libc::fallocate64(f.file.as_raw_fd(), mode as i32, off, len) })
-        })
-        .map(drop)
+        self.retry_nospace(|| sys::fd::fallocate(f.file.as_fd(), mode as i32, off, len))
     }
 
     pub fn lseek(
@@ -228,13 +223,11 @@ impl PassthroughFs {
         whence: u32,
     ) -> io::Result<u64> {
         let f = self.handles.get(fh)?;
-        let off = i64::try_from(offset).map_err(|_| err(libc::EINVAL))?;
-        // SAFETY: valid fd. The shared file offset is not used by I/O (which is positional).
-        let ret = unsafe { libc::lseek64(f.file.as_raw_fd(), off, whence as i32) };
-        if ret < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(ret as u64)
+        // The guest's loff_t, sent as u64: a negative offset is the host's to judge (SEEK_DATA
+        // and SEEK_HOLE give ENXIO, as on a local file system).
+        let off = offset as i64;
+        // The shared file offset is not used by I/O (which is positional).
+        sys::fd::lseek(f.file.as_fd(), off, whence as i32)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -252,34 +245,23 @@ impl PassthroughFs {
     ) -> io::Result<usize> {
         self.check_writable()?;
         let (fin, fout) = (self.handles.get(fh_in)?, self.handles.get(fh_out)?);
-        let mut oin = i64::try_from(off_in).map_err(|_| err(libc::EINVAL))?;
-        let mut oout = i64::try_from(off_out).map_err(|_| err(libc::EINVAL))?;
+        let oin = i64::try_from(off_in).map_err(|_| err(libc::EINVAL))?;
+        let oout = i64::try_from(off_out).map_err(|_| err(libc::EINVAL))?;
         let flags = u32::try_from(flags).map_err(|_| err(libc::EINVAL))?;
-        // SAFETY: valid fds and offset pointers.
-        let n = unsafe {
-            libc::copy_file_range(
-                fin.file.as_raw_fd(),
-                &mut oin,
-                fout.file.as_raw_fd(),
-                &mut oout,
-                len as usize,
-                flags,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
+        sys::fd::copy_file_range(
+            fin.file.as_fd(),
+            oin,
+            fout.file.as_fd(),
+            oout,
+            len as usize,
+            flags,
+        )
     }
 
     pub fn statfs(&self, _ctx: &Context, nodeid: u64) -> io::Result<libc::statvfs64> {
         let inode = self.inodes.get(nodeid)?;
         let fd = self.path_fd(&inode)?;
-        let mut st = std::mem::MaybeUninit::<libc::statvfs64>::zeroed();
-        // SAFETY: valid fd (fstatfs accepts O_PATH fds) and a writable buffer.
-        check(unsafe { libc::fstatvfs64(fd.as_fd().as_raw_fd(), st.as_mut_ptr()) })?;
-        // SAFETY: filled by the kernel.
-        Ok(unsafe { st.assume_init() })
+        sys::fstatvfs(fd.as_fd())
     }
 
     pub fn syncfs(&self, _ctx: &Context, nodeid: u64) -> io::Result<()> {
@@ -294,8 +276,7 @@ impl PassthroughFs {
             self.proc_self_fd.as_fd(),
             libc::O_RDONLY | libc::O_NONBLOCK,
         )?;
-        // SAFETY: valid fd.
-        check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+        sys::fd::syncfs(fd.as_fd())
     }
 
     /// ACCESS: checks `mask` (R_OK/W_OK/X_OK) against the inode's mode for the caller, as the

@@ -14,25 +14,30 @@
 //! data), `dirs` (directory handles), `xattrs`, `acl` (the umask under `--posix-acl`).
 
 mod acl;
+mod credentials;
 mod dirs;
 mod entries;
+pub mod fd_budget;
+pub mod fd_cache;
+mod file_handle;
 mod files;
+mod handle_table;
+mod inode_table;
 pub(crate) mod sys;
 mod xattrs;
 
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::cli::InodeFileHandles;
-use crate::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
-use crate::fd_cache::FdCache;
-use crate::file_handle::{FileHandle, MountFds};
-use crate::handle_table::HandleTable;
-use crate::inode_table::{Inode, InodeFd, InodeKey, InodeSource, InodeTable};
+use self::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
+use self::fd_cache::FdCache;
+use self::file_handle::{FileHandle, MountFds};
+use self::handle_table::HandleTable;
+use self::inode_table::{Inode, InodeFd, InodeKey, InodeSource, InodeTable};
 
 /// The caller of one request, from `fuse_in_header`.
 #[derive(Clone, Copy, Debug)]
@@ -87,6 +92,32 @@ pub enum XattrReply {
     Data(Vec<u8>),
 }
 
+/// When to reference inodes by file handle rather than by an `O_PATH` file descriptor
+/// (`--inode-file-handles=never|prefer|mandatory`; `fallback` is a deprecated alias of
+/// `prefer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InodeFileHandles {
+    /// Always use `O_PATH` file descriptors.
+    Never,
+    /// Use file handles where the filesystem supports them, else `O_PATH` descriptors.
+    Prefer,
+    /// Always use file handles; fail where they are not supported.
+    Mandatory,
+}
+
+impl std::str::FromStr for InodeFileHandles {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "never" => Ok(Self::Never),
+            "prefer" | "fallback" => Ok(Self::Prefer),
+            "mandatory" => Ok(Self::Mandatory),
+            _ => Err("expected one of: never, prefer, mandatory".into()),
+        }
+    }
+}
+
 /// Settings of the filesystem, from the command line.
 #[derive(Clone, Debug)]
 pub struct FsConfig {
@@ -135,18 +166,6 @@ pub struct PassthroughFs {
 
 fn err(errno: i32) -> io::Error {
     io::Error::from_raw_os_error(errno)
-}
-
-/// Makes the kernel's fd table of this process `n` fds large now. It grows by doubling as fds are
-/// opened, and in a multi-threaded process every doubling waits for an RCU grace period (up to
-/// milliseconds): filling the fd cache would stall requests that many times.
-fn grow_fd_table(any: BorrowedFd, n: usize) {
-    // SAFETY: F_DUPFD_CLOEXEC of a valid fd; the new fd is closed at once.
-    let fd = unsafe { libc::fcntl(any.as_raw_fd(), libc::F_DUPFD_CLOEXEC, n as libc::c_int) };
-    if fd >= 0 {
-        // SAFETY: `fd` was just opened here and is not used elsewhere.
-        unsafe { libc::close(fd) };
-    }
 }
 
 /// ENOSPC or EDQUOT.
@@ -228,7 +247,7 @@ impl PassthroughFs {
         );
         let fd_cache = FdCache::new(Arc::clone(&budget), cfg.fd_cache_size);
         if use_handles {
-            grow_fd_table(proc_self_fd.as_fd(), fd_cache.capacity() + DAEMON_RESERVE);
+            sys::grow_fd_table(proc_self_fd.as_fd(), fd_cache.capacity() + DAEMON_RESERVE);
         }
         Ok(PassthroughFs {
             cfg,

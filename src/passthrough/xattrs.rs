@@ -6,9 +6,9 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
-use super::sys::check;
+use super::sys::xattr;
 use super::{err, Context, PassthroughFs, XattrReply};
 
 /// Largest value or list the guest can receive (XATTR_SIZE_MAX).
@@ -30,24 +30,17 @@ impl PassthroughFs {
         )
     }
 
-    /// Shared by GETXATTR and LISTXATTR: `call(buf_ptr, len)` is the syscall.
+    /// Shared by GETXATTR and LISTXATTR: `call(buffer)` is the syscall (`None`: the size).
     fn xattr_read(
         size: u32,
-        call: impl Fn(*mut libc::c_void, usize) -> isize,
+        call: impl Fn(Option<&mut [u8]>) -> io::Result<usize>,
     ) -> io::Result<XattrReply> {
         if size == 0 {
-            let n = call(std::ptr::null_mut(), 0);
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            return Ok(XattrReply::Size(n as u32));
+            return Ok(XattrReply::Size(call(None)? as u32));
         }
         let mut buf = vec![0u8; size.min(XATTR_SIZE_MAX) as usize];
-        let n = call(buf.as_mut_ptr().cast(), buf.len());
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        buf.truncate(n as usize);
+        let n = call(Some(&mut buf))?;
+        buf.truncate(n);
         Ok(XattrReply::Data(buf))
     }
 
@@ -59,18 +52,12 @@ impl PassthroughFs {
         size: u32,
     ) -> io::Result<XattrReply> {
         let fd = self.xattr_fd(nodeid)?;
-        // SAFETY: valid fd and C string; `p`/`len` describe a writable buffer (or null/0).
-        Self::xattr_read(size, |p, len| unsafe {
-            libc::fgetxattr(fd.as_raw_fd(), name.as_ptr(), p, len)
-        })
+        Self::xattr_read(size, |buf| xattr::fgetxattr(fd.as_fd(), name, buf))
     }
 
     pub fn listxattr(&self, _ctx: &Context, nodeid: u64, size: u32) -> io::Result<XattrReply> {
         let fd = self.xattr_fd(nodeid)?;
-        // SAFETY: as above.
-        Self::xattr_read(size, |p, len| unsafe {
-            libc::flistxattr(fd.as_raw_fd(), p.cast(), len)
-        })
+        Self::xattr_read(size, |buf| xattr::flistxattr(fd.as_fd(), buf))
     }
 
     pub fn setxattr(
@@ -83,23 +70,12 @@ impl PassthroughFs {
     ) -> io::Result<()> {
         let fd = self.xattr_fd(nodeid)?;
         self.check_writable()?;
-        // SAFETY: valid fd, C string and value buffer.
-        check(unsafe {
-            libc::fsetxattr(
-                fd.as_fd().as_raw_fd(),
-                name.as_ptr(),
-                value.as_ptr().cast(),
-                value.len(),
-                flags as i32,
-            )
-        })
-        .map(drop)
+        xattr::fsetxattr(fd.as_fd(), name, value, flags as i32)
     }
 
     pub fn removexattr(&self, _ctx: &Context, nodeid: u64, name: &CStr) -> io::Result<()> {
         let fd = self.xattr_fd(nodeid)?;
         self.check_writable()?;
-        // SAFETY: valid fd and C string.
-        check(unsafe { libc::fremovexattr(fd.as_raw_fd(), name.as_ptr()) }).map(drop)
+        xattr::fremovexattr(fd.as_fd(), name)
     }
 }

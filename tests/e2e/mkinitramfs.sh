@@ -5,7 +5,8 @@
 #
 # TEST_SCRIPT (default: guest-fs-test.sh next to this file) is stored as /test.sh.
 # --extra-bin FILE (repeatable) adds a host binary as /bin/NAME; a dynamically linked one with every
-# library `ldd` lists and the dynamic loader at their host paths (used by benches/guest for fio).
+# library `ldd` lists and the dynamic loader at their host paths (used by benches/guest for fio),
+# a static one alone (tests/e2e/posix-probe).
 # --compress zstd decompresses much faster in a TCG guest than the default gzip; use it for big
 # images. The /init
 # mounts proc/sys/dev, mounts the virtio-fs share on /mnt and runs `sh SCRIPT /mnt`, prints PASS/FAIL
@@ -66,13 +67,11 @@ install -m 0755 "$script" "$root/test.sh"
 for bin in "${extra_bins[@]}"; do
   [ -x "$bin" ] || { echo "mkinitramfs: --extra-bin $bin is not an executable" >&2; exit 1; }
   install -m 0755 "$bin" "$root/bin/$(basename "$bin")"
-  # A static binary (ldd fails: "not a dynamic executable") needs nothing else.
-  ldd "$bin" >/dev/null 2>&1 || continue
   # ldd lines: "libx.so.1 => /lib/.../libx.so.1 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)".
   while read -r lib; do
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
-  done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+  done < <(ldd "$bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
 done
 # Minimal passwd/group so `ls -l` / `stat` can print names; uid 1000 is the chown target.
 printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/tmp:/bin/sh\n' > "$root/etc/passwd"

@@ -86,24 +86,35 @@ trap 'exit 130' INT TERM
 
 t0=$(now)
 "$here/mkinitramfs.sh" "$work/initramfs.cpio.gz" >/dev/null
+# The POSIX probe's initramfs: posix-probe.c built static for the busybox guest.
+probe_initramfs=''
+if gcc -O2 -static -Wall -o "$work/posix-probe" "$here/posix-probe.c" \
+  && "$here/mkinitramfs.sh" --extra-bin "$work/posix-probe" "$work/posix.cpio.gz" "$here/guest-posix-test.sh" >/dev/null; then
+  probe_initramfs=$work/posix.cpio.gz
+else
+  log "cannot build tests/e2e/posix-probe.c (gcc -static, libc6-dev): the posix case fails"
+fi
 log "initramfs built in $(elapsed "$t0" "$(now)") s"
 log "daemon: ${daemon[*]} ($("${daemon[0]}" --version 2>/dev/null | head -n1 || echo 'version unknown'))"
 
 summary=()
 # run_case NAME EXPECT CMD...   EXPECT: pass | fail-ls (guest must fail the big-directory checks and nothing else)
+# CASE_INITRAMFS=FILE: boot that initramfs instead (its own guest script); then CASE_HOST=0 skips
+# host-fs-test.sh (the guest gets an empty share and the host verifies nothing).
 run_case() {
   local name=$1 expect=$2; shift 2
   local dir=$work/cases/$name logs=$logroot/$name rc=0 t1 t2 t3 t4 prep verify_rc=0 verdict
+  local initramfs=${CASE_INITRAMFS:-$work/initramfs.cpio.gz} host=${CASE_HOST:-1}
   mkdir -p "$dir" "$logs"
   log "=== case $name: $* (expect $expect)"
   t1=$(now)
-  "$here/host-fs-test.sh" prepare "$dir/shared"
+  if [ "$host" = 1 ]; then "$here/host-fs-test.sh" prepare "$dir/shared"; else mkdir -p "$dir/shared"; fi
   t2=$(now)
   prep=$(elapsed "$t1" "$t2")
   # In the background + `wait`, so that a SIGTERM/SIGINT to this script is handled at once
   # (the trap stops run-guest.sh, which stops QEMU and the daemon).
   : > "$logs/run-guest.out"
-  E2E_SHOW_LOGS=$([ "$expect" = pass ] && echo 1 || echo 0) "$here/run-guest.sh" --initramfs "$work/initramfs.cpio.gz" --shared-dir "$dir/shared" \
+  E2E_SHOW_LOGS=$([ "$expect" = pass ] && echo 1 || echo 0) "$here/run-guest.sh" --initramfs "$initramfs" --shared-dir "$dir/shared" \
     --log-dir "$logs" -- "$@" > "$logs/run-guest.out" 2>&1 &
   rg_pid=$!
   tail -n +1 -f --pid="$rg_pid" "$logs/run-guest.out" | grep --line-buffered -vE '^(PASS: |     \()|logs kept in' &
@@ -116,7 +127,9 @@ run_case() {
   t3=$(now)
   case "$expect" in
     pass)
-      if [ "$rc" = PASS ]; then
+      if [ "$rc" = PASS ] && [ "$host" != 1 ]; then
+        verdict=PASS
+      elif [ "$rc" = PASS ]; then
         "$here/host-fs-test.sh" verify "$dir/shared" > "$logs/host-verify.out" || verify_rc=$?
         grep '^FAIL' "$logs/host-verify.out" || true
         if [ "$verify_rc" -eq 0 ]; then verdict=PASS; else verdict="FAIL(host verify: $verify_rc failed)"; fi
@@ -142,6 +155,14 @@ run_case() {
 }
 
 run_case prefer pass "${daemon[@]}"
+# POSIX gaps conformance suites found (issue 10): utimensat(AT_SYMLINK_NOFOLLOW), ETXTBSY of a
+# file being executed (and no truncation of it), SEEK_DATA/SEEK_HOLE as the host answers.
+if [ -n "$probe_initramfs" ]; then
+  CASE_INITRAMFS=$probe_initramfs CASE_HOST=0 run_case posix pass "${daemon[@]}"
+else
+  summary+=("posix: FAIL(posix-probe.c did not build)")
+  failed=$((failed + 1))
+fi
 # Multi-queue: the guest spreads requests over 2 request queues (2 vCPUs); virtiofsd serves 1.
 if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
   E2E_QUEUES=2 run_case prefer-2-queues pass "${daemon[@]}"

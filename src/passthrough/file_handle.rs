@@ -3,23 +3,15 @@
 //! A handle names an inode without holding it open, so an inode table keyed by handles holds no
 //! fd per inode. Opening one needs CAP_DAC_READ_SEARCH and an fd on the same mount: [`MountFds`]
 //! keeps one O_PATH fd per mount ID seen in the share (a handful; they are part of the daemon's
-//! fd reserve, not of the guest's budget).
+//! fd reserve, not of the guest's budget). `MountFds` is an `RwLock`, written once per new mount.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, RwLock};
 
-/// Room for the largest handle Linux hands out (MAX_HANDLE_SZ).
-const MAX_HANDLE_SZ: usize = 128;
-
-/// The fixed header of `struct file_handle`.
-#[repr(C)]
-struct HandleHeader {
-    handle_bytes: u32,
-    handle_type: i32,
-}
+use super::sys;
 
 /// A file handle and the mount it belongs to.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -41,82 +33,24 @@ impl std::fmt::Debug for FileHandle {
     }
 }
 
-#[repr(C)]
-struct HandleBuf {
-    header: HandleHeader,
-    data: [u8; MAX_HANDLE_SZ],
-}
-
 impl FileHandle {
     /// The handle of what `fd` refers to (`name` empty) or of `name` in directory `fd`, never
     /// following a final symlink. `Ok(None)` when the filesystem cannot make handles.
     pub fn from_fd(fd: BorrowedFd, name: &CStr) -> io::Result<Option<FileHandle>> {
-        let mut buf = HandleBuf {
-            header: HandleHeader {
-                handle_bytes: MAX_HANDLE_SZ as u32,
-                handle_type: 0,
-            },
-            data: [0; MAX_HANDLE_SZ],
-        };
-        let mut mnt_id: libc::c_int = 0;
-        let flags = if name.is_empty() {
-            libc::AT_EMPTY_PATH
-        } else {
-            0
-        };
-        // SAFETY: `buf` is a file_handle with room for MAX_HANDLE_SZ bytes, as declared in it.
-        let ret = unsafe {
-            libc::name_to_handle_at(
-                fd.as_raw_fd(),
-                name.as_ptr(),
-                &mut buf as *mut HandleBuf as *mut libc::file_handle,
-                &mut mnt_id,
-                flags,
-            )
-        };
-        if ret != 0 {
-            let err = io::Error::last_os_error();
-            return match err.raw_os_error() {
-                Some(libc::EOPNOTSUPP) => Ok(None),
-                _ => Err(err),
-            };
+        match sys::handle::name_to_handle_at(fd, name) {
+            Ok(h) => Ok(Some(FileHandle {
+                mnt_id: h.mnt_id,
+                handle_type: h.handle_type,
+                bytes: h.bytes.into(),
+            })),
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(None),
+            Err(e) => Err(e),
         }
-        let len = (buf.header.handle_bytes as usize).min(MAX_HANDLE_SZ);
-        Ok(Some(FileHandle {
-            mnt_id: mnt_id as u64,
-            handle_type: buf.header.handle_type,
-            bytes: buf.data[..len].into(),
-        }))
     }
 
     /// Opens the inode with `flags` (O_PATH for a reference, or real open flags).
     pub fn open(&self, mount_fd: BorrowedFd, flags: libc::c_int) -> io::Result<OwnedFd> {
-        let mut buf = HandleBuf {
-            header: HandleHeader {
-                handle_bytes: self.bytes.len() as u32,
-                handle_type: self.handle_type,
-            },
-            data: [0; MAX_HANDLE_SZ],
-        };
-        buf.data[..self.bytes.len()].copy_from_slice(&self.bytes);
-        // SAFETY: `buf` is a valid file_handle; the returned fd is checked and owned.
-        let fd = unsafe {
-            libc::open_by_handle_at(
-                mount_fd.as_raw_fd(),
-                &mut buf as *mut HandleBuf as *mut libc::file_handle,
-                flags | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd we own.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-
-    /// Heap bytes this handle costs (for memory accounting in tests and docs).
-    pub fn heap_size(&self) -> usize {
-        self.bytes.len()
+        sys::handle::open_by_handle_at(mount_fd, self.handle_type, &self.bytes, flags)
     }
 }
 
@@ -156,20 +90,11 @@ impl MountFds {
         if kind != libc::S_IFDIR && kind != libc::S_IFREG {
             return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
         }
-        let name = std::ffi::CString::new(fd.as_raw_fd().to_string()).expect("digits have no NUL");
-        // SAFETY: valid dirfd and C string; the result is checked and owned.
-        let ret = unsafe {
-            libc::openat(
-                proc_self_fd.as_raw_fd(),
-                name.as_ptr(),
-                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC,
-            )
-        };
-        if ret < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd we own.
-        let mount = unsafe { OwnedFd::from_raw_fd(ret) };
+        let mount = sys::reopen(
+            proc_self_fd,
+            fd,
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        )?;
         self.fds
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -183,11 +108,7 @@ impl MountFds {
         let mount = self
             .get(handle.mnt_id)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
-        // SAFETY: the Arc keeps the fd open for the duration of the call.
-        handle.open(
-            unsafe { BorrowedFd::borrow_raw(mount.as_raw_fd() as RawFd) },
-            flags,
-        )
+        handle.open(mount.as_fd(), flags)
     }
 }
 

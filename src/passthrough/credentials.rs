@@ -8,6 +8,8 @@
 use std::cell::Cell;
 use std::io;
 
+use super::sys::creds;
+
 thread_local! {
     static CURRENT: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
 }
@@ -21,17 +23,14 @@ fn set(uid: u32, gid: u32) -> io::Result<()> {
     let (cur_uid, cur_gid) = CURRENT.with(Cell::get);
     // The gid first: after the fsuid leaves 0 we may no longer change the fsgid.
     if gid != cur_gid {
-        // SAFETY: plain syscall on this thread's credentials.
-        unsafe { libc::setfsgid(gid) };
-        // setfsgid reports the previous value, never an error: read back to check.
-        if unsafe { libc::setfsgid(u32::MAX) } as u32 != gid {
+        creds::setfsgid(gid);
+        if creds::fsgid() != gid {
             return Err(io::Error::from_raw_os_error(libc::EPERM));
         }
     }
     if uid != cur_uid {
-        // SAFETY: as above.
-        unsafe { libc::setfsuid(uid) };
-        if unsafe { libc::setfsuid(u32::MAX) } as u32 != uid {
+        creds::setfsuid(uid);
+        if creds::fsuid() != uid {
             return Err(io::Error::from_raw_os_error(libc::EPERM));
         }
     }
@@ -65,17 +64,18 @@ mod tests {
 
     #[test]
     fn switch_and_restore() {
+        // SAFETY: plain syscall.
         if unsafe { libc::geteuid() } != 0 {
             panic!("this test needs root");
         }
         std::thread::spawn(|| {
             {
                 let _c = Credentials::switch(1234, 4321).unwrap();
-                assert_eq!(unsafe { libc::setfsuid(u32::MAX) }, 1234);
-                assert_eq!(unsafe { libc::setfsgid(u32::MAX) }, 4321);
+                assert_eq!(creds::fsuid(), 1234);
+                assert_eq!(creds::fsgid(), 4321);
             }
-            assert_eq!(unsafe { libc::setfsuid(u32::MAX) }, 0);
-            assert_eq!(unsafe { libc::setfsgid(u32::MAX) }, 0);
+            assert_eq!(creds::fsuid(), 0);
+            assert_eq!(creds::fsgid(), 0);
         })
         .join()
         .unwrap();

@@ -5,6 +5,22 @@
 //! reserve for the daemon's own fds (sockets, eventfds, mount fds, the short-lived fds of one
 //! request per worker thread), so a guest that never closes or forgets anything gets `ENFILE`
 //! while the daemon itself never runs out.
+//!
+//! Who owns an fd (the one list of them):
+//! - The shared dir's O_PATH fd: the root `Inode` (lives as long as the filesystem).
+//! - `/proc/self/fd` (an O_PATH directory): `PassthroughFs`, opened at start-up, used to re-open
+//!   O_PATH fds (`sys::reopen`).
+//! - Mount fds: `MountFds`, one per mount ID seen, never closed while the daemon runs (reserve).
+//! - An inode's O_PATH fd (`never` mode, or a filesystem without handles): its `Inode`, with a
+//!   token.
+//! - Open files and directories: their `OpenFile` in the `HandleTable`, with a token.
+//! - The `FdCache`: O_PATH fds of handle-backed inodes the guest uses, each with a token, bounded
+//!   in number and in time (its module doc).
+//! - Everything else is transient: opened by one request (e.g. `open_by_handle_at(O_PATH)` of a
+//!   handle-backed inode) and closed before its reply; bounded by the number of worker threads
+//!   and covered by [`DAEMON_RESERVE`].
+//! - When the guest's budget is spent, operations that would hold a new fd fail with `ENFILE`
+//!   (warned once), after the fd cache has given its fds back; everything else keeps working.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -12,7 +12,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::fd_budget::FdToken;
+use super::fd_budget::FdToken;
 
 const SHARDS: usize = 16;
 
@@ -107,9 +107,5 @@ impl HandleTable {
 
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }

@@ -24,8 +24,6 @@
 
 use caps::{CapSet, Capability, CapsHashSet};
 
-use crate::cli::InodeFileHandles;
-
 /// The capabilities kept by default (file handles add CAP_DAC_READ_SEARCH).
 pub const DEFAULT: [Capability; 8] = [
     Capability::CAP_CHOWN,
@@ -88,7 +86,8 @@ fn effective() -> Result<CapsHashSet, String> {
 }
 
 /// Fails, before set-up, when `--modcaps` adds a capability the process does not have or
-/// `--inode-file-handles=mandatory` is asked without CAP_DAC_READ_SEARCH.
+/// file handles are required (`--inode-file-handles=mandatory`, `handles_required`) without
+/// CAP_DAC_READ_SEARCH.
 ///
 /// `user_ns`: the daemon is about to enter a user namespace of its own (an unprivileged
 /// `--sandbox=namespace` run). It then holds every capability, but only inside that namespace:
@@ -96,11 +95,11 @@ fn effective() -> Result<CapsHashSet, String> {
 /// (`open_by_handle_at` needs CAP_DAC_READ_SEARCH in the initial user namespace).
 pub fn check_available(
     modcaps: &ModCaps,
-    inode_file_handles: InodeFileHandles,
+    handles_required: bool,
     user_ns: bool,
 ) -> Result<(), String> {
     if user_ns {
-        if inode_file_handles == InodeFileHandles::Mandatory {
+        if handles_required {
             return Err(
                 "--inode-file-handles=mandatory needs CAP_DAC_READ_SEARCH in the initial user \
                  namespace, which an unprivileged --sandbox=namespace run (in a user \
@@ -116,9 +115,7 @@ pub fn check_available(
             "--modcaps: the process does not have {cap} to keep (run as root or grant it)"
         ));
     }
-    if inode_file_handles == InodeFileHandles::Mandatory
-        && !have.contains(&Capability::CAP_DAC_READ_SEARCH)
-    {
+    if handles_required && !have.contains(&Capability::CAP_DAC_READ_SEARCH) {
         return Err(
             "--inode-file-handles=mandatory needs CAP_DAC_READ_SEARCH, which the \
                     process does not have: grant it, or pass --inode-file-handles=never"

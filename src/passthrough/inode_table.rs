@@ -9,7 +9,13 @@
 //!   entry the guest is given (LOOKUP, CREATE, MKDIR, READDIRPLUS, ...) and down by FORGET. When
 //!   it reaches zero the inode leaves the table, and its fd (if any) closes once the last request
 //!   using it drops its `Arc`.
-//! - The root (node ID 1) never dies.
+//!   The entries that count: LOOKUP, CREATE, MKNOD, MKDIR, SYMLINK, LINK, TMPFILE and each
+//!   READDIRPLUS entry but `.`/`..`; FORGET and BATCH_FORGET take them back.
+//! - The root (node ID 1) never dies. DESTROY clears everything but the root.
+//! - With file handles a dead inode costs nothing, and a re-lookup makes a new node ID. A node
+//!   whose inode the host deleted is stale (`ESTALE`); when the host reuses its inode number, a
+//!   lookup compares handles ([`Inode::replaced_by`]) and gives the new file a new node ID, and
+//!   the key maps to it (FORGET of the stale node leaves that mapping alone).
 //! - The table is split into [`SHARDS`] shards, each behind its own mutex; the shard of a node ID
 //!   is in its low bits and the shard of a key is its hash, so one shard holds both maps for an
 //!   inode. No lock is held across a syscall: callers do their openat/statx/name_to_handle_at
@@ -18,15 +24,15 @@
 use crate::sync::lock;
 use std::collections::hash_map::{DefaultHasher, Entry};
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::hash::{Hash, Hasher};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::fd_budget::FdToken;
-use crate::file_handle::{FileHandle, MountFds};
+use super::fd_budget::FdToken;
+use super::file_handle::{FileHandle, MountFds};
+use super::sys;
 
 /// The node ID of the shared directory itself.
 pub const ROOT_ID: u64 = 1;
@@ -66,7 +72,6 @@ pub struct Inode {
 /// An fd for one operation on an inode: borrowed from the table or opened for the occasion.
 pub enum InodeFd<'a> {
     Borrowed(BorrowedFd<'a>),
-    Owned(OwnedFd),
     Shared(Arc<OwnedFd>),
 }
 
@@ -74,7 +79,6 @@ impl AsFd for InodeFd<'_> {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             InodeFd::Borrowed(fd) => *fd,
-            InodeFd::Owned(fd) => fd.as_fd(),
             InodeFd::Shared(fd) => fd.as_fd(),
         }
     }
@@ -125,24 +129,8 @@ impl Inode {
         }
         match &self.source {
             InodeSource::Handle(h) => mounts.open(h, flags),
-            InodeSource::Fd { fd, .. } => {
-                let name = CString::new(fd.as_raw_fd().to_string()).expect("digits have no NUL");
-                // /proc/self/fd/N is a magic link: O_NOFOLLOW would fail it with ELOOP (the
-                // inode is known not to be a symlink, checked above).
-                // SAFETY: valid dirfd and NUL-terminated name; the result is checked and owned.
-                let ret = unsafe {
-                    libc::openat(
-                        proc_self_fd.as_raw_fd(),
-                        name.as_ptr(),
-                        (flags & !libc::O_NOFOLLOW) | libc::O_CLOEXEC,
-                    )
-                };
-                if ret < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // SAFETY: a fresh fd we own.
-                Ok(unsafe { OwnedFd::from_raw_fd(ret) })
-            }
+            // The inode is known not to be a symlink (checked above).
+            InodeSource::Fd { fd, .. } => sys::reopen(proc_self_fd, fd.as_fd(), flags),
         }
     }
 }
@@ -182,10 +170,6 @@ impl InodeTable {
             .by_key
             .insert(root.key, ROOT_ID);
         InodeTable { root, shards }
-    }
-
-    pub fn root(&self) -> &Arc<Inode> {
-        &self.root
     }
 
     /// The inode of `nodeid`, or `EBADF` for a node ID the guest does not hold.
@@ -302,10 +286,6 @@ impl InodeTable {
             .sum::<usize>()
     }
 
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
     /// Lookups held on `nodeid` (0 if unknown).
     pub fn lookups(&self, nodeid: u64) -> u64 {
         self.get(nodeid)
@@ -317,7 +297,7 @@ impl InodeTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fd_budget::FdBudget;
+    use crate::passthrough::fd_budget::FdBudget;
 
     fn fd_inode(ino: u64, budget: &Arc<FdBudget>) -> Inode {
         let fd = std::fs::File::open("/").unwrap().into();
@@ -379,7 +359,9 @@ mod tests {
         assert!(t.get(ROOT_ID).is_ok());
         assert_eq!(budget.in_use(), 1);
         assert_eq!(
-            t.ref_existing(&t.root().key.clone()).unwrap().nodeid,
+            t.ref_existing(&t.get(ROOT_ID).unwrap().key.clone())
+                .unwrap()
+                .nodeid,
             ROOT_ID
         );
     }

@@ -39,8 +39,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::Thread;
 use std::time::Duration;
 
-use crate::fd_budget::{FdBudget, FdToken};
-use crate::inode_table::SHARD_BITS;
+use super::fd_budget::{FdBudget, FdToken};
+use super::inode_table::SHARD_BITS;
 use crate::sync::lock;
 
 /// Default upper bound of cached fds, whatever the budget (`--fd-cache-size`): each pins a

@@ -1,0 +1,167 @@
+//! Unit tests of what the command line shows and documents: `--print-capabilities`, `--help`
+//! and `--version`, virtiofsd's options one by one, docs/options.md, the id map syntax.
+
+use super::tests::{fail, parse, run};
+use super::*;
+
+#[test]
+fn capabilities() {
+    assert_eq!(
+        parse(&["--print-capabilities"]),
+        Ok(Action::PrintCapabilities)
+    );
+    // Honoured whatever else is given, once the syntax is valid.
+    assert_eq!(
+        parse(&["--print-capabilities", "--writeback", "-o", "cache=auto"]),
+        Ok(Action::PrintCapabilities)
+    );
+    assert!(parse(&["--print-capabilities", "-o", "nope"]).is_err());
+    assert_eq!(
+        capabilities_json(),
+        "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"separate-options\"\n  ]\n}"
+    );
+}
+
+#[test]
+fn help_and_version() {
+    let Ok(Action::Exit { text, stderr, code }) = parse(&["--version"]) else {
+        panic!("--version");
+    };
+    assert_eq!(text, format!("vhostfs {}\n", env!("CARGO_PKG_VERSION")));
+    assert!(!stderr);
+    assert_eq!(code, 0);
+
+    for flag in ["--help", "-h"] {
+        let Ok(Action::Exit { text, stderr, code }) = parse(&[flag]) else {
+            panic!("{flag}");
+        };
+        assert!(
+            text.contains("--inode-file-handles=<INODE_FILE_HANDLES>"),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "help must be plain text");
+        assert!(!stderr);
+        assert_eq!(code, 0);
+    }
+
+    let Ok(Action::Exit { text, stderr, code }) = parse(&[]) else {
+        panic!("no arguments");
+    };
+    assert!(
+        text.contains("Usage: vhostfs --shared-dir <SHARED_DIR>"),
+        "{text}"
+    );
+    assert!(stderr);
+    assert_eq!(code, 2);
+}
+
+/// Every option of `virtiofsd --help` (1.14), given with valid syntax, is known to the parser:
+/// it is either accepted or refused as not supported yet, never as unknown.
+#[test]
+fn every_virtiofsd_option_is_known() {
+    let every = [
+        &["--tag=x"][..],
+        &["--socket=/s"],
+        &["--socket-group=kvm"],
+        &["--thread-pool-size=4"],
+        &["--xattr"],
+        &["--posix-acl"],
+        &["--posix-acl=auto"],
+        &["--xattrmap=:prefix:all::user.virtiofs.::bad:all:::"],
+        &["--sandbox=chroot"],
+        &["--readonly"],
+        &["--seccomp=log"],
+        &["--seccomp=trap"],
+        &["--announce-submounts"],
+        &["--no-announce-submounts"],
+        &["--inode-file-handles=prefer"],
+        &["--cache=auto"],
+        &["--allow-mmap"],
+        &["--no-readdirplus"],
+        &["--writeback"],
+        &["--allow-direct-io"],
+        &["--print-capabilities"],
+        &["--modcaps=-chown"],
+        &["--log-level=trace"],
+        &["--log-level=off"],
+        &["--syslog"],
+        &["--rlimit-nofile=0"],
+        &["-o", "source=/x"],
+        &["-d"],
+        &["--no-killpriv-v2"],
+        &["--killpriv-v2"],
+        &["-f"],
+        &["--security-label=auto"],
+        &["--uid-map=:0:100000:65536:"],
+        &["--gid-map=:0:100000:65536:"],
+        &["--translate-uid=squash-guest:0:1000:4294967295"],
+        &["--translate-gid=forbid-guest:0:10"],
+        &["--preserve-noatime"],
+        &["--migration-mode=file-handles"],
+        &["--migration-on-error=abort"],
+        &["--migration-verify-handles"],
+        &["--migration-confirm-paths"],
+    ];
+    for args in every {
+        // --socket replaces --socket-path here, as --socket-path would take precedence.
+        let mut all = vec!["--shared-dir", "/srv"];
+        if args[0] != "--socket=/s" {
+            all.push("--socket-path=/tmp/vm.sock");
+        }
+        all.extend_from_slice(args);
+        match parse(&all) {
+            Ok(_) => {}
+            Err(e) => assert!(
+                e.message().starts_with("not supported yet: "),
+                "{args:?}: {e}"
+            ),
+        }
+    }
+}
+
+/// docs/options.md lists every option clap knows, so the table cannot drift from the parser.
+#[test]
+fn options_doc_lists_every_option() {
+    let doc = include_str!("../../docs/options.md");
+    let mut command = Opt::command();
+    command.build();
+    for arg in command.get_arguments() {
+        let spelling = match (arg.get_long(), arg.get_short()) {
+            (Some(long), _) => format!("`--{long}"),
+            (None, Some(short)) => format!("`-{short}"),
+            (None, None) => continue,
+        };
+        assert!(
+            doc.lines()
+                .any(|l| l.starts_with('|') && l.contains(spelling.as_str())),
+            "docs/options.md has no table row for {spelling}`"
+        );
+    }
+}
+
+#[test]
+fn id_maps_use_virtiofsd_syntax() {
+    let config = run(&[
+        "--uid-map=:0:100000:65536:",
+        "--uid-map=/65536/1000/1/",
+        "--gid-map=:0:100000:65536:",
+    ]);
+    let map = |inside, outside, count| IdMap {
+        inside,
+        outside,
+        count,
+    };
+    assert_eq!(config.uid_map, [map(0, 100000, 65536), map(65536, 1000, 1)]);
+    assert_eq!(config.gid_map, [map(0, 100000, 65536)]);
+    for bad in [
+        "0:100000:65536",
+        ":0:100000:",
+        ":0:100000:65536:1:",
+        ":0:x:1:",
+        "a0a1a1a",
+        ":0/1/1:",
+    ] {
+        let e = fail(&[&format!("--uid-map={bad}")]);
+        assert!(e.contains("--uid-map"), "{bad}: {e}");
+    }
+}

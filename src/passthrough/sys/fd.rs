@@ -1,0 +1,92 @@
+//! Calls on open files and directories.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use super::{check, check_size};
+
+/// fsync or fdatasync.
+pub fn sync(fd: BorrowedFd, datasync: bool) -> io::Result<()> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: valid fd.
+    check(unsafe {
+        if datasync {
+            libc::fdatasync(fd)
+        } else {
+            libc::fsync(fd)
+        }
+    })
+    .map(drop)
+}
+
+/// syncfs of the filesystem `fd` (not O_PATH) is on.
+pub fn syncfs(fd: BorrowedFd) -> io::Result<()> {
+    // SAFETY: valid fd.
+    check(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+}
+
+pub fn ftruncate(fd: BorrowedFd, size: i64) -> io::Result<()> {
+    // SAFETY: valid fd.
+    check(unsafe { libc::ftruncate(fd.as_raw_fd(), size) }).map(drop)
+}
+
+pub fn fchmod(fd: BorrowedFd, mode: u32) -> io::Result<()> {
+    // SAFETY: valid fd.
+    check(unsafe { libc::fchmod(fd.as_raw_fd(), mode) }).map(drop)
+}
+
+pub fn futimens(fd: BorrowedFd, times: &[libc::timespec; 2]) -> io::Result<()> {
+    // SAFETY: valid fd and a two-element times array.
+    check(unsafe { libc::futimens(fd.as_raw_fd(), times.as_ptr()) }).map(drop)
+}
+
+pub fn fallocate(fd: BorrowedFd, mode: i32, offset: i64, len: i64) -> io::Result<()> {
+    // SAFETY: valid fd.
+    check(unsafe { libc::fallocate64(fd.as_raw_fd(), mode, offset, len) }).map(drop)
+}
+
+/// lseek; the new offset.
+pub fn lseek(fd: BorrowedFd, offset: i64, whence: i32) -> io::Result<u64> {
+    // SAFETY: valid fd.
+    let ret = unsafe { libc::lseek64(fd.as_raw_fd(), offset, whence) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ret as u64)
+}
+
+/// copy_file_range between explicit offsets; the bytes copied.
+pub fn copy_file_range(
+    fd_in: BorrowedFd,
+    mut off_in: i64,
+    fd_out: BorrowedFd,
+    mut off_out: i64,
+    len: usize,
+    flags: u32,
+) -> io::Result<usize> {
+    // SAFETY: valid fds and offset pointers to locals.
+    check_size(unsafe {
+        libc::copy_file_range(
+            fd_in.as_raw_fd(),
+            &mut off_in,
+            fd_out.as_raw_fd(),
+            &mut off_out,
+            len,
+            flags,
+        )
+    })
+}
+
+/// getdents64 into `buf`; the bytes filled (0 at the end of the directory).
+pub fn getdents64(dir: BorrowedFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: valid fd and a writable buffer of buf.len() bytes.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_getdents64,
+            dir.as_raw_fd(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    };
+    check_size(n as isize)
+}

@@ -1,0 +1,294 @@
+//! `--sandbox=namespace|chroot|none`: confine the daemon's view of the host to the shared dir.
+//!
+//! Parts: `userns` (the user namespace of an unprivileged run and its id maps), `supervisor`
+//! (the fork into a new pid namespace, signal forwarding), `root` (the mount namespace,
+//! `pivot_root` or `chroot`), then what confines the serving process: `landlock`,
+//! `capabilities`, `seccomp`. Configured by a [`SandboxConfig`] of its own.
+//!
+//! The sandbox is entered in two steps, both called from `daemon::run`:
+//!
+//! 1. [`Sandbox::enter`], first thing in `run`, while the process is still single-threaded.
+//!    In `namespace` mode run by a user other than root (as virtiofsd) it first enters a new
+//!    **user namespace**: a helper child forked beforehand, still outside, writes its id maps
+//!    (without `--uid-map`/`--gid-map`: the caller's uid and gid as 0, a single-id map an
+//!    unprivileged process may write, with setgroups denied; with them: the ranges, through
+//!    the setuid tools `newuidmap`/`newgidmap`, which check `/etc/subuid`/`/etc/subgid`), then
+//!    the process takes uid and gid 0 inside, with every capability of that namespace (and
+//!    none outside) for the steps below. Then, in `namespace` mode, it unshares a new pid
+//!    namespace and **forks**: the original process
+//!    becomes the *supervisor*, which never returns from `enter`: it forwards SIGTERM, SIGINT,
+//!    SIGHUP and SIGQUIT to the child, waits for it and exits with its exit status (128 + N
+//!    when the child died of signal N), as virtiofsd does. The child, pid 1 of the new pid
+//!    namespace, gets SIGKILL when the supervisor dies (`PR_SET_PDEATHSIG`), unshares a new
+//!    mount and network namespace, makes every mount a slave of the host's (host unmounts still
+//!    propagate in, nothing propagates out) and mounts a fresh `/proc` of its own pid namespace,
+//!    so the `/proc/self/fd` that `PassthroughFs::new` opens next shows no host process. Last,
+//!    it bind-mounts the shared dir on itself, recursively (the future root, see below).
+//! 2. [`Sandbox::confine`], once the filesystem holds its fds (shared dir, `/proc/self/fd`) and
+//!    the listening socket exists, before the first connection is accepted: `namespace`
+//!    `pivot_root`s into that bind mount and detaches the old root; `chroot` chroots into the
+//!    shared dir. From then on no host path outside the share resolves.
+//!
+//! Invariants:
+//! - The share's root fd (opened by `PassthroughFs::new` between the two steps) must be on the
+//!   mount that stays: in `namespace` mode the bind mount made in step 1, which `pivot_root`
+//!   turns into `/`. An fd opened on the shared dir before that bind would sit on the copy of
+//!   the host's mount that detaching the old root takes away, and with it every filesystem
+//!   mounted below the share: the guest would see the empty directories under them. The bind
+//!   is a slave of the host's mount (it is made after `MS_SLAVE | MS_REC`), so filesystems the
+//!   host mounts or unmounts below a shared share later propagate into it.
+//! - Nothing after [`Sandbox::confine`] may open a host path: the passthrough only uses the
+//!   fds it holds; the pid file and the socket are created before; syslog (`--syslog`)
+//!   connects to `/dev/log` when logging is set up, before `enter` (a syslog daemon restart
+//!   afterwards is not followed: records then fall back as the logger decides).
+//! - The pid file holds the supervisor's pid (it is written before the fork, by the process
+//!   that becomes the supervisor): the pid the host sees and may signal (in
+//!   `namespace` mode the serving child is pid 1 in its own namespace and its host pid is
+//!   not the process the service manager started). A readiness notification to the service
+//!   manager must likewise name the supervisor; a notification sent by the child before
+//!   [`Sandbox::confine`] reaches the socket path but carries the child's pid.
+//! - The fork happens before any thread exists (logging is the only thing set up before).
+//! - When the namespace sandbox cannot be set up, `enter` fails with one line naming the
+//!   fixes (`--sandbox=chroot` or `--sandbox=none`; unprivileged: enabling user namespaces,
+//!   root, `--sandbox=none`; for id ranges: the `uidmap` tools and a subordinate id grant):
+//!   the daemon never runs unconfined unless asked to.
+//! - `--uid-map`/`--gid-map` apply only to an unprivileged `namespace` run, and
+//!   `--sandbox=chroot` needs root (both as virtiofsd); either map may come without the other.
+
+mod capabilities;
+mod landlock;
+mod root;
+mod seccomp;
+mod supervisor;
+mod userns;
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+pub use capabilities::ModCaps;
+pub use landlock::LandlockMode;
+pub use seccomp::SeccompMode;
+pub use userns::IdMap;
+
+use landlock::Landlock;
+use userns::{enter_user_namespace, UserNsError};
+
+/// Which sandbox to set up (`--sandbox`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// New pid, mount and network namespaces (and a user namespace when not root) and
+    /// `pivot_root` into the shared dir (default).
+    Namespace,
+    /// `chroot` into the shared dir, for hosts where namespaces are not available.
+    Chroot,
+    /// No sandbox.
+    None,
+}
+
+impl SandboxMode {
+    /// The option value naming this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Namespace => "namespace",
+            SandboxMode::Chroot => "chroot",
+            SandboxMode::None => "none",
+        }
+    }
+}
+
+impl std::str::FromStr for SandboxMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "namespace" => Ok(SandboxMode::Namespace),
+            "chroot" => Ok(SandboxMode::Chroot),
+            "none" => Ok(SandboxMode::None),
+            _ => Err("expected one of: namespace, chroot, none".into()),
+        }
+    }
+}
+
+/// What the supervisor removes when the child has exited: the socket path and pid file the
+/// daemon created (the child, confined, can no longer name them).
+static CLEANUP: OnceLock<Vec<PathBuf>> = OnceLock::new();
+
+/// What the sandbox needs to know (`cli` builds it from the command line).
+#[derive(Clone, Debug)]
+pub struct SandboxConfig {
+    pub mode: SandboxMode,
+    /// The directory that becomes the root.
+    pub shared_dir: PathBuf,
+    /// `--uid-map`/`--gid-map`: the id maps of an unprivileged run's user namespace.
+    pub uid_map: Vec<IdMap>,
+    pub gid_map: Vec<IdMap>,
+    /// `--modcaps`.
+    pub modcaps: ModCaps,
+    /// File handles must work (`--inode-file-handles=mandatory`): CAP_DAC_READ_SEARCH is needed.
+    pub handles_required: bool,
+    pub landlock: LandlockMode,
+    pub seccomp: SeccompMode,
+}
+
+/// A sandbox entered by [`Sandbox::enter`], to be completed by [`Sandbox::confine`].
+#[derive(Debug)]
+pub struct Sandbox {
+    mode: SandboxMode,
+    /// Whether the daemon runs in a user namespace of its own (an unprivileged `namespace` run).
+    user_ns: bool,
+}
+
+fn os_err(what: &str) -> io::Error {
+    let e = io::Error::last_os_error();
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+fn check(ret: libc::c_int, what: &str) -> io::Result<()> {
+    if ret < 0 {
+        Err(os_err(what))
+    } else {
+        Ok(())
+    }
+}
+
+fn cstring(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+impl Sandbox {
+    /// Step 1 (see the module doc). In `namespace` mode the calling process turns into the
+    /// supervisor and never returns; the child returns. Must be called while single-threaded.
+    /// Checks first that the capabilities the options need are there
+    /// ([`capabilities::check_available`]).
+    /// `created`: the socket and pid file the daemon created, which the supervisor removes
+    /// when the child has exited.
+    pub fn enter(cfg: &SandboxConfig, created: Vec<PathBuf>) -> Result<Sandbox, String> {
+        let mode = cfg.mode;
+        // SAFETY: plain syscall.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root && mode == SandboxMode::Chroot {
+            return Err(
+                "--sandbox=chroot needs root; pass --sandbox=namespace (a user \
+                        namespace) or --sandbox=none"
+                    .into(),
+            );
+        }
+        if (root || mode != SandboxMode::Namespace)
+            && !(cfg.uid_map.is_empty() && cfg.gid_map.is_empty())
+        {
+            return Err(
+                "--uid-map/--gid-map only apply to a run as a user other than root \
+                        with --sandbox=namespace"
+                    .into(),
+            );
+        }
+        let user_ns = !root && mode == SandboxMode::Namespace;
+        capabilities::check_available(&cfg.modcaps, cfg.handles_required, user_ns)?;
+        let _ = CLEANUP.set(created);
+        if user_ns {
+            enter_user_namespace(&cfg.uid_map, &cfg.gid_map).map_err(|e| match e {
+                UserNsError::Unavailable(e) => format!(
+                    "cannot set up the namespace sandbox: no user namespace ({e}); enable \
+                     unprivileged user namespaces (sysctl user.max_user_namespaces, \
+                     kernel.unprivileged_userns_clone), run as root (which --sandbox=chroot \
+                     needs too), or pass --sandbox=none"
+                ),
+                UserNsError::Maps(msg) => format!(
+                    "cannot set up the namespace sandbox: cannot set the id maps of its user \
+                     namespace ({msg}); --uid-map/--gid-map ranges need newuidmap/newgidmap \
+                     (package uidmap) and a grant to this user in /etc/subuid and \
+                     /etc/subgid; or pass --sandbox=none"
+                ),
+                UserNsError::Other(e) => format!(
+                    "cannot set up the namespace sandbox's user namespace ({e}); pass \
+                     --sandbox=none to run unconfined"
+                ),
+            })?;
+        }
+        if mode == SandboxMode::Namespace {
+            supervisor::fork_supervisor()
+                .and_then(|()| root::enter_mount_namespace(&cfg.shared_dir))
+                .map_err(|e| {
+                    format!(
+                        "cannot set up the namespace sandbox ({e}); run as root with namespaces \
+                     available, or pass --sandbox=chroot or --sandbox=none"
+                    )
+                })?;
+        }
+        Ok(Sandbox { mode, user_ns })
+    }
+
+    /// Step 2 (see the module doc), in this order: make the shared dir the root of this
+    /// process, restrict filesystem access with Landlock, drop capabilities (the kept set
+    /// includes CAP_DAC_READ_SEARCH when `file_handles`), install the seccomp filter (last: it
+    /// no longer allows the set-up syscalls). Must be called while single-threaded: Landlock
+    /// domains and capabilities are per thread.
+    pub fn confine(&self, cfg: &SandboxConfig, file_handles: bool) -> Result<(), String> {
+        let landlock = Landlock::prepare(cfg.landlock, &cfg.shared_dir)?;
+        self.enter_root(&cfg.shared_dir)?;
+        landlock.enforce()?;
+        let kept = capabilities::drop_to(&capabilities::wanted(file_handles, &cfg.modcaps))?;
+        let mut names: Vec<String> = kept.iter().map(|c| c.to_string()).collect();
+        names.sort();
+        log::info!(
+            "sandbox {}{}, seccomp {:?}, capabilities kept: {}",
+            self.mode.as_str(),
+            if self.user_ns {
+                " (in a user namespace)"
+            } else {
+                ""
+            },
+            cfg.seccomp,
+            names.join(" ")
+        );
+        seccomp::install(cfg.seccomp)
+    }
+
+    fn enter_root(&self, shared_dir: &Path) -> Result<(), String> {
+        let fail = |e: io::Error| {
+            format!(
+                "cannot confine the daemon to {} ({e}); pass --sandbox=none to run \
+                 unconfined",
+                shared_dir.display()
+            )
+        };
+        match self.mode {
+            SandboxMode::Namespace => root::pivot_into(shared_dir).map_err(fail),
+            SandboxMode::Chroot => root::chroot_into(shared_dir).map_err(fail),
+            SandboxMode::None => Ok(()),
+        }
+    }
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two fds.
+    check(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) },
+        "pipe2",
+    )?;
+    // SAFETY: the fds were just created and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_print() {
+        for m in [
+            SandboxMode::Namespace,
+            SandboxMode::Chroot,
+            SandboxMode::None,
+        ] {
+            assert_eq!(m.as_str().parse::<SandboxMode>(), Ok(m));
+        }
+        assert!("jail".parse::<SandboxMode>().is_err());
+    }
+}
