@@ -12,9 +12,6 @@ use std::time::Duration;
 use common::fuse_abi::*;
 use common::Session;
 
-const ROOT: u64 = FUSE_ROOT_ID;
-const FATTR_MODE: u32 = 1 << 0;
-const FATTR_UID: u32 = 1 << 1;
 const MODES: [&str; 3] = ["--sandbox=namespace", "--sandbox=chroot", "--sandbox=none"];
 
 /// Linux `new_encode_dev()`.
@@ -158,21 +155,13 @@ fn setuid_bits_and_owners_of_files_the_caller_does_not_own() {
         fs::set_permissions(&path, fs::Permissions::from_mode(0o777)).unwrap();
         let f = c.lookup(ROOT, "root-owned").unwrap();
         let user = c.with_creds(1000, 1000);
-        let suid = SetattrIn {
-            valid: FATTR_MODE,
-            mode: libc::S_IFREG | 0o4777,
-            ..Default::default()
-        };
+        let suid = set_mode(libc::S_IFREG | 0o4777);
         assert_eq!(
             user.setattr(f.nodeid, &suid).err(),
             Some(libc::EPERM),
             "{mode}"
         );
-        let take = SetattrIn {
-            valid: FATTR_UID,
-            uid: 1000,
-            ..Default::default()
-        };
+        let take = set_uid(1000);
         assert_eq!(
             user.setattr(f.nodeid, &take).err(),
             Some(libc::EPERM),
@@ -206,15 +195,8 @@ fn opcode_tour_under_namespace_and_seccomp_kill() {
     c.flush(f.nodeid, o.fh, 0).unwrap();
     c.release(f.nodeid, o.fh, 0).unwrap();
     c.getattr(f.nodeid, None).unwrap();
-    c.setattr(
-        f.nodeid,
-        &SetattrIn {
-            valid: FATTR_MODE,
-            mode: libc::S_IFREG | 0o600,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    c.setattr(f.nodeid, &set_mode(libc::S_IFREG | 0o600))
+        .unwrap();
     c.setxattr(f.nodeid, "user.k", b"v", 0).unwrap();
     c.getxattr(f.nodeid, "user.k", 64).unwrap();
     c.listxattr(f.nodeid, 64).unwrap();

@@ -101,23 +101,7 @@ fn names_and_symlinks_stay_inside() {
             "OPEN {flags:#o} followed"
         );
     }
-    for attr in [
-        SetattrIn {
-            valid: FATTR_SIZE,
-            size: 0,
-            ..Default::default()
-        },
-        SetattrIn {
-            valid: FATTR_MODE,
-            mode: 0o777,
-            ..Default::default()
-        },
-        SetattrIn {
-            valid: FATTR_UID,
-            uid: 4242,
-            ..Default::default()
-        },
-    ] {
+    for attr in [set_size(0), set_mode(0o777), set_uid(4242)] {
         // Changing the link itself is fine (chown); changing the target is not.
         let _ = s.client.setattr(esc, &attr);
     }

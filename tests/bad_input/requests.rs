@@ -185,11 +185,7 @@ fn bogus_node_ids_and_file_handles() {
     };
     for bogus in [0, 2, 12345, u64::MAX] {
         // Node ID in the header.
-        let mode = SetattrIn {
-            valid: FATTR_MODE,
-            mode: 0o600,
-            ..Default::default()
-        };
+        let mode = set_mode(0o600);
         let cases: Vec<(u32, Vec<u8>)> = vec![
             (FUSE_LOOKUP, cstr(b"file.txt")),
             (FUSE_GETATTR, GetattrIn::default().as_slice().to_vec()),
@@ -450,17 +446,7 @@ fn bogus_node_ids_and_file_handles() {
                 .as_slice()
                 .to_vec(),
             ),
-            (
-                FUSE_SETATTR,
-                SetattrIn {
-                    valid: FATTR_FH | FATTR_SIZE,
-                    fh,
-                    size: 0,
-                    ..Default::default()
-                }
-                .as_slice()
-                .to_vec(),
-            ),
+            (FUSE_SETATTR, with_fh(set_size(0), fh).as_slice().to_vec()),
             (
                 FUSE_STATX,
                 StatxIn {
