@@ -1,6 +1,7 @@
 //! FUSE wire format for the test guest: fuse-backend-rs's ABI structs where they exist, our own
 //! `#[repr(C)]` structs for what it lacks (FUSE 7.38 INIT with flags2, SETXATTR_EXT, SYNCFS,
-//! STATX, security context extension), opcodes and INIT flags as in the Linux uapi <linux/fuse.h>.
+//! STATX, security context extension), opcodes and flags as in the Linux uapi <linux/fuse.h>,
+//! and builders of the SETATTR bodies the tests send. The one copy for all tests and benches.
 
 use vm_memory::ByteValued;
 
