@@ -1,10 +1,9 @@
-//! Running daemons under test and scratch directories.
+//! Running daemons under test.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long [`Daemon::spawn`] waits for the socket to appear.
@@ -100,48 +99,6 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// A fresh directory under the system temp dir, removed recursively on drop.
-pub struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    pub fn new(prefix: &str) -> io::Result<TempDir> {
-        TempDir::new_in(&std::env::temp_dir(), prefix)
-    }
-
-    /// A fresh directory under `base` (e.g. `/var/tmp`, on disk where `/tmp` may be a tmpfs).
-    pub fn new_in(base: &Path, prefix: &str) -> io::Result<TempDir> {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path = base.join(format!(
-            "{prefix}-{}-{}-{nanos}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir(&path)?;
-        Ok(TempDir { path })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// `self.path()` joined with `name`.
-    pub fn join(&self, name: &str) -> PathBuf {
-        self.path.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
     }
 }
 
