@@ -14,6 +14,7 @@ use vm_memory::{
 use super::abi::*;
 use super::{FuseServer, ServerOptions};
 use crate::passthrough::{FsConfig, PassthroughFs};
+use crate::temp_dir::TempDir;
 
 /// The hand-written queue, shared with the fuzz harness (`fuzz/harness.rs`).
 mod desc_table;
@@ -26,22 +27,12 @@ pub(super) const MEM_SIZE: usize = 0x100_0000;
 
 pub(super) type VhostMem = GuestMemoryMmap<()>;
 
-/// A fresh, empty share, removed on drop: the tests never touch anything else.
-pub(super) struct Share(std::path::PathBuf);
-
-impl Drop for Share {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn server() -> (FuseServer, Share) {
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("vhostfs-fuse-server-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A server over a fresh, empty share (removed when the returned directory is dropped): the
+/// tests never touch anything else.
+fn server() -> (FuseServer, TempDir) {
+    let dir = TempDir::new("vhostfs-fuse-server").unwrap();
     let fs = PassthroughFs::new(FsConfig {
-        shared_dir: dir.clone(),
+        shared_dir: dir.path().to_path_buf(),
         inode_file_handles: crate::passthrough::InodeFileHandles::Never,
         entry_timeout: std::time::Duration::from_secs(1),
         attr_timeout: std::time::Duration::from_secs(1),
@@ -55,10 +46,7 @@ fn server() -> (FuseServer, Share) {
         fd_cache_size: crate::passthrough::fd_cache::DEFAULT_SIZE,
     })
     .unwrap();
-    (
-        FuseServer::new(Arc::new(fs), ServerOptions::default()),
-        Share(dir),
-    )
+    (FuseServer::new(Arc::new(fs), ServerOptions::default()), dir)
 }
 
 /// Copies `readable` into guest memory from `READ_BASE` on and poisons writable buffers of the
@@ -104,7 +92,7 @@ pub(super) fn read_back<M: vm_memory::GuestMemory>(mem: &M, writable: &[u32]) ->
 struct Harness {
     mem: GuestMemoryAtomic<VhostMem>,
     server: FuseServer,
-    _share: Share,
+    _share: TempDir,
 }
 
 impl Harness {
