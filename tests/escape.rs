@@ -6,11 +6,11 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::fuse_abi::*;
-use common::Session;
+use common::{Session, TempDir};
 
 const MODES: [&str; 3] = ["--sandbox=namespace", "--sandbox=chroot", "--sandbox=none"];
 
@@ -19,11 +19,13 @@ fn encode_dev(major: u32, minor: u32) -> u32 {
     (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
 }
 
-/// A file outside every share, written by the test (the target of the escapes).
-fn outside_file() -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("vhostfs-escape-target-{}", std::process::id()));
+/// A file outside every share, written by the test (the target of the escapes), in a
+/// directory of its own (removed with the returned `TempDir`).
+fn outside_file() -> (TempDir, PathBuf) {
+    let dir = TempDir::new("vhostfs-escape-target").unwrap();
+    let p = dir.join("secret");
     fs::write(&p, b"host secret").unwrap();
-    p
+    (dir, p)
 }
 
 #[test]
@@ -50,7 +52,7 @@ fn dot_dot_and_names_with_a_slash() {
 
 #[test]
 fn symlinks_pointing_out_are_never_followed() {
-    let outside = outside_file();
+    let (_dir, outside) = outside_file();
     let outside_dir = outside.parent().unwrap().to_path_buf();
     for mode in MODES {
         let s = Session::start(&[mode]);
@@ -80,7 +82,6 @@ fn symlinks_pointing_out_are_never_followed() {
         assert!(!outside_dir.join("planted").exists());
         assert_eq!(fs::read(&outside).unwrap(), b"host secret");
     }
-    fs::remove_file(&outside).unwrap();
 }
 
 #[test]
