@@ -40,6 +40,10 @@ use vm_memory::{
 mod desc_table;
 use desc_table::{write_table, Desc, DESC_TABLE, VRING_DESC_F_INDIRECT, VRING_DESC_F_WRITE};
 
+#[path = "../tests/common/temp_dir.rs"]
+mod temp_dir;
+pub use temp_dir::TempDir;
+
 type Mem = GuestMemoryMmap<()>;
 
 const MEM_SIZE: u64 = 0x10_0000;
@@ -86,7 +90,7 @@ pub struct Harness {
     mem: GuestMemoryAtomic<Mem>,
     server: FuseServer,
     fs: Arc<PassthroughFs>,
-    base: PathBuf,
+    base: TempDir,
     share: PathBuf,
     outside: Outside,
     /// fds on the share between sessions (the root's), once measured.
@@ -248,8 +252,8 @@ fn u64_at(v: &[u8], off: usize) -> u64 {
 }
 
 impl Harness {
-    /// A harness whose share and canary live in `base` (created; must not exist or be empty).
-    pub fn new(base: PathBuf, check_every: u64) -> Harness {
+    /// A harness whose share and canary live in `base` (empty; removed with the harness).
+    pub fn new(base: TempDir, check_every: u64) -> Harness {
         let share = base.join("share");
         std::fs::create_dir_all(&share).unwrap();
         std::fs::write(base.join("canary"), "outside the share\n").unwrap();
@@ -535,11 +539,5 @@ impl Harness {
         if let Some(off) = fh.filter(|off| out.len() >= off + 8) {
             self.fhs.push(u64_at(out, off));
         }
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.base);
     }
 }
