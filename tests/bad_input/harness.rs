@@ -25,6 +25,31 @@ pub const CHAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub const FILE_DATA: &[u8] = b"shared file contents\n";
 pub const CANARY_DATA: &[u8] = b"outside the share: must never change\n";
 
+/// The body of a MKNOD of a regular file (0644), to put a name after.
+pub fn mknod_in() -> MknodIn {
+    MknodIn {
+        mode: libc::S_IFREG | 0o644,
+        ..Default::default()
+    }
+}
+
+/// The body of a MKDIR (0755), to put a name after.
+pub fn mkdir_in() -> MkdirIn {
+    MkdirIn {
+        mode: 0o755,
+        umask: 0,
+    }
+}
+
+/// The body of a read-write CREATE or TMPFILE of a regular file (0644), to put a name after.
+pub fn create_in() -> CreateIn {
+    CreateIn {
+        flags: libc::O_RDWR as u32,
+        mode: libc::S_IFREG | 0o644,
+        ..Default::default()
+    }
+}
+
 /// A parsed reply: none written (used length 0), an error, or a successful body.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reply {

@@ -6,27 +6,14 @@ use super::harness::*;
 fn names_and_symlinks_stay_inside() {
     let mut s = Setup::new();
     let bad_names: [&[u8]; 7] = [b"a/b", b"..", b".", b"/", b"../canary", b"/etc", b"dir/.."];
-    let mknod_in = MknodIn {
-        mode: libc::S_IFREG | 0o644,
-        ..Default::default()
-    };
-    let mkdir_in = MkdirIn {
-        mode: 0o755,
-        umask: 0,
-    };
-    let create_in = CreateIn {
-        flags: libc::O_RDWR as u32,
-        mode: libc::S_IFREG | 0o644,
-        ..Default::default()
-    };
     for name in bad_names {
         let n = cstr(name);
         let cases: Vec<(u32, Vec<u8>)> = vec![
             (FUSE_LOOKUP, n.clone()),
-            (FUSE_MKDIR, cat(&[mkdir_in.as_slice(), &n])),
-            (FUSE_CREATE, cat(&[create_in.as_slice(), &n])),
+            (FUSE_MKDIR, cat(&[mkdir_in().as_slice(), &n])),
+            (FUSE_CREATE, cat(&[create_in().as_slice(), &n])),
             (FUSE_SYMLINK, cat(&[&n, b"target\0"])),
-            (FUSE_MKNOD, cat(&[mknod_in.as_slice(), &n])),
+            (FUSE_MKNOD, cat(&[mknod_in().as_slice(), &n])),
             (FUSE_UNLINK, n.clone()),
             (FUSE_RMDIR, n.clone()),
             (
