@@ -30,21 +30,23 @@ use vhostfs::fuse_server::abi::*;
 use vhostfs::fuse_server::{FuseServer, ServerOptions};
 use vhostfs::passthrough::InodeFileHandles;
 use vhostfs::passthrough::{FsConfig, PassthroughFs};
-use virtio_queue::{Queue, QueueT};
+use virtio_queue::QueueT;
 use vm_memory::{
     ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap,
 };
 
+/// The hand-written queue of the dispatcher unit tests.
+#[path = "../src/fuse_server/tests/desc_table.rs"]
+mod desc_table;
+use desc_table::{write_table, Desc, DESC_TABLE, VRING_DESC_F_INDIRECT, VRING_DESC_F_WRITE};
+
+#[path = "../tests/common/temp_dir.rs"]
+mod temp_dir;
+pub use temp_dir::TempDir;
+
 type Mem = GuestMemoryMmap<()>;
 
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-const F_INDIRECT: u16 = 4;
-const QUEUE_SIZE: u16 = 16;
 const MEM_SIZE: u64 = 0x10_0000;
-const DESC_TABLE: u64 = 0;
-const AVAIL_RING: u64 = 0x1000;
-const USED_RING: u64 = 0x2000;
 const INDIRECT_TABLE: u64 = 0x3000;
 const READ_BASE: u64 = 0x1_0000;
 const WRITE_BASE: u64 = 0x4_0000;
@@ -55,18 +57,6 @@ const MAX_RECORDS: usize = 15;
 const FD_BUDGET: usize = 16;
 const OUT_HEADER: usize = 16;
 const ENTRY_OUT: usize = 128;
-
-/// One descriptor before it is written to a table.
-#[derive(Clone, Copy, Debug)]
-struct Desc {
-    addr: u64,
-    len: u32,
-    flags: u16,
-    /// `Some(n)`: a corrupted `next` (with F_NEXT set even on the last descriptor).
-    next: Option<u16>,
-    /// The chain ends here (F_NEXT cleared) even if more descriptors follow.
-    stop: bool,
-}
 
 /// A cursor over the input bytes; reads past the end yield zeros.
 struct Input<'a>(&'a [u8]);
@@ -100,7 +90,7 @@ pub struct Harness {
     mem: GuestMemoryAtomic<Mem>,
     server: FuseServer,
     fs: Arc<PassthroughFs>,
-    base: PathBuf,
+    base: TempDir,
     share: PathBuf,
     outside: Outside,
     /// fds on the share between sessions (the root's), once measured.
@@ -262,8 +252,8 @@ fn u64_at(v: &[u8], off: usize) -> u64 {
 }
 
 impl Harness {
-    /// A harness whose share and canary live in `base` (created; must not exist or be empty).
-    pub fn new(base: PathBuf, check_every: u64) -> Harness {
+    /// A harness whose share and canary live in `base` (empty; removed with the harness).
+    pub fn new(base: TempDir, check_every: u64) -> Harness {
         let share = base.join("share");
         std::fs::create_dir_all(&share).unwrap();
         std::fs::write(base.join("canary"), "outside the share\n").unwrap();
@@ -384,18 +374,12 @@ impl Harness {
                 req[off..off + 8].copy_from_slice(&v.to_le_bytes());
             }
         }
-        let desc = |addr, len, flags| Desc {
-            addr,
-            len,
-            flags,
-            next: None,
-            stop: false,
-        };
+        let desc = Desc::new;
         if records.is_empty() {
             mem.write_slice(&req, GuestAddress(READ_BASE)).unwrap();
             let r = desc(READ_BASE, req.len() as u32, 0);
             return (
-                vec![r, desc(WRITE_BASE, DEFAULT_WRITABLE, F_WRITE)],
+                vec![r, desc(WRITE_BASE, DEFAULT_WRITABLE, VRING_DESC_F_WRITE)],
                 Vec::new(),
             );
         }
@@ -418,7 +402,7 @@ impl Harness {
                 1 => {
                     // Writable, `b` bytes after a gap of `a`.
                     wpos += u64::from(a);
-                    let d = desc(wpos, u32::from(b), F_WRITE);
+                    let d = desc(wpos, u32::from(b), VRING_DESC_F_WRITE);
                     wpos += u64::from(b);
                     d
                 }
@@ -442,11 +426,15 @@ impl Harness {
                         2 => u32::MAX - u32::from(b),
                         _ => 0,
                     };
-                    desc(addr, len, if kind & 4 != 0 { F_WRITE } else { 0 })
+                    desc(
+                        addr,
+                        len,
+                        if kind & 4 != 0 { VRING_DESC_F_WRITE } else { 0 },
+                    )
                 }
                 _ => {
                     // The rest of the records go to an indirect table (length fixed below).
-                    let d = desc(INDIRECT_TABLE, u32::from(a & 15), F_INDIRECT);
+                    let d = desc(INDIRECT_TABLE, u32::from(a & 15), VRING_DESC_F_INDIRECT);
                     if !in_table {
                         in_table = true;
                         direct.push(d);
@@ -461,30 +449,14 @@ impl Harness {
             d.stop = kind & 16 != 0;
             if in_table { &mut indirect } else { &mut direct }.push(d);
         }
-        if let Some(d) = direct.iter_mut().find(|d| d.flags & F_INDIRECT != 0) {
+        if let Some(d) = direct
+            .iter_mut()
+            .find(|d| d.flags & VRING_DESC_F_INDIRECT != 0)
+        {
             // 16 bytes per entry, plus the misalignment the record asked for.
             d.len = d.len.wrapping_add(16 * indirect.len() as u32);
         }
         (direct, indirect)
-    }
-
-    fn write_table(mem: &Mem, base: u64, descs: &[Desc]) {
-        for (i, d) in descs.iter().enumerate() {
-            let at = base + 16 * i as u64;
-            let mut flags = d.flags;
-            let mut next = i as u16 + 1;
-            if i + 1 < descs.len() && !d.stop {
-                flags |= F_NEXT;
-            }
-            if let Some(n) = d.next {
-                flags |= F_NEXT;
-                next = n;
-            }
-            mem.write_obj(d.addr.to_le(), GuestAddress(at)).unwrap();
-            mem.write_obj(d.len.to_le(), GuestAddress(at + 8)).unwrap();
-            mem.write_obj(flags.to_le(), GuestAddress(at + 12)).unwrap();
-            mem.write_obj(next.to_le(), GuestAddress(at + 14)).unwrap();
-        }
     }
 
     /// Publishes and serves one chain, checks the reply; returns the reply's (opcode, error)
@@ -493,21 +465,9 @@ impl Harness {
         let guard = self.mem.memory();
         let mem: &Mem = &guard;
         let (direct, indirect) = self.build(mem, data);
-        Self::write_table(mem, DESC_TABLE, &direct);
-        Self::write_table(mem, INDIRECT_TABLE, &indirect);
-        mem.write_obj(0u16, GuestAddress(AVAIL_RING)).unwrap();
-        mem.write_obj(1u16.to_le(), GuestAddress(AVAIL_RING + 2))
-            .unwrap();
-        mem.write_obj(0u16, GuestAddress(AVAIL_RING + 4)).unwrap();
-        let mut q = Queue::new(QUEUE_SIZE).unwrap();
-        q.set_size(QUEUE_SIZE);
-        q.try_set_desc_table_address(GuestAddress(DESC_TABLE))
-            .unwrap();
-        q.try_set_avail_ring_address(GuestAddress(AVAIL_RING))
-            .unwrap();
-        q.try_set_used_ring_address(GuestAddress(USED_RING))
-            .unwrap();
-        q.set_ready(true);
+        write_table(mem, DESC_TABLE, &direct);
+        write_table(mem, INDIRECT_TABLE, &indirect);
+        let mut q = desc_table::queue(mem);
         let chain = q.pop_descriptor_chain(guard.clone())?;
 
         let readable: Vec<_> = chain.clone().readable().collect();
@@ -579,11 +539,5 @@ impl Harness {
         if let Some(off) = fh.filter(|off| out.len() >= off + 8) {
             self.fhs.push(u64_at(out, off));
         }
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.base);
     }
 }

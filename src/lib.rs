@@ -12,3 +12,8 @@ pub mod sync;
 pub mod systemd;
 pub mod vhost_device;
 pub mod worker_pool;
+
+/// Scratch directories for the unit tests: the integration tests' helper, the one for all tests.
+#[cfg(test)]
+#[path = "../tests/common/temp_dir.rs"]
+mod temp_dir;

@@ -99,23 +99,11 @@ impl Drop for PidFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// A fresh directory under the system temp dir, removed by the caller's `cleanup`.
-    fn scratch_dir() -> PathBuf {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "vhostfs-pidfile-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        dir
-    }
+    use crate::temp_dir::TempDir;
 
     #[test]
     fn writes_pid_and_removes_on_drop() {
-        let dir = scratch_dir();
+        let dir = TempDir::new("vhostfs-pidfile").unwrap();
         let socket = dir.join("vm.sock");
         let pid_file = PidFile::create(&socket).unwrap();
         assert_eq!(pid_file.path(), dir.join("vm.sock.pid"));
@@ -125,12 +113,11 @@ mod tests {
         assert_eq!(mode, 0o600);
         drop(pid_file);
         assert!(!dir.join("vm.sock.pid").exists());
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn second_instance_is_refused() {
-        let dir = scratch_dir();
+        let dir = TempDir::new("vhostfs-pidfile").unwrap();
         let socket = dir.join("vm.sock");
         let first = PidFile::create(&socket).unwrap();
         // A second open file description conflicts even within one process.
@@ -149,12 +136,11 @@ mod tests {
         drop(first);
         let again = PidFile::create(&socket).unwrap();
         drop(again);
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn stale_file_is_reused() {
-        let dir = scratch_dir();
+        let dir = TempDir::new("vhostfs-pidfile").unwrap();
         let socket = dir.join("vm.sock");
         fs::write(
             dir.join("vm.sock.pid"),
@@ -165,14 +151,12 @@ mod tests {
         let content = fs::read_to_string(pid_file.path()).unwrap();
         assert_eq!(content, format!("{}\n", std::process::id()));
         drop(pid_file);
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn missing_directory_is_an_error() {
-        let dir = scratch_dir();
+        let dir = TempDir::new("vhostfs-pidfile").unwrap();
         let err = PidFile::create(&dir.join("nope/vm.sock")).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
-        fs::remove_dir_all(dir).unwrap();
     }
 }

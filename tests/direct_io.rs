@@ -11,7 +11,6 @@ use std::path::Path;
 use common::fuse_abi::*;
 use common::Session;
 
-const ROOT: u64 = FUSE_ROOT_ID;
 const DIRECT_RDWR: u32 = (libc::O_RDWR | libc::O_DIRECT) as u32;
 const BLOCK: usize = 4096;
 

@@ -6,15 +6,12 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::fuse_abi::*;
-use common::Session;
+use common::{Session, TempDir};
 
-const ROOT: u64 = FUSE_ROOT_ID;
-const FATTR_MODE: u32 = 1 << 0;
-const FATTR_UID: u32 = 1 << 1;
 const MODES: [&str; 3] = ["--sandbox=namespace", "--sandbox=chroot", "--sandbox=none"];
 
 /// Linux `new_encode_dev()`.
@@ -22,11 +19,13 @@ fn encode_dev(major: u32, minor: u32) -> u32 {
     (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
 }
 
-/// A file outside every share, written by the test (the target of the escapes).
-fn outside_file() -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("vhostfs-escape-target-{}", std::process::id()));
+/// A file outside every share, written by the test (the target of the escapes), in a
+/// directory of its own (removed with the returned `TempDir`).
+fn outside_file() -> (TempDir, PathBuf) {
+    let dir = TempDir::new("vhostfs-escape-target").unwrap();
+    let p = dir.join("secret");
     fs::write(&p, b"host secret").unwrap();
-    p
+    (dir, p)
 }
 
 #[test]
@@ -53,7 +52,7 @@ fn dot_dot_and_names_with_a_slash() {
 
 #[test]
 fn symlinks_pointing_out_are_never_followed() {
-    let outside = outside_file();
+    let (_dir, outside) = outside_file();
     let outside_dir = outside.parent().unwrap().to_path_buf();
     for mode in MODES {
         let s = Session::start(&[mode]);
@@ -83,7 +82,6 @@ fn symlinks_pointing_out_are_never_followed() {
         assert!(!outside_dir.join("planted").exists());
         assert_eq!(fs::read(&outside).unwrap(), b"host secret");
     }
-    fs::remove_file(&outside).unwrap();
 }
 
 #[test]
@@ -158,21 +156,13 @@ fn setuid_bits_and_owners_of_files_the_caller_does_not_own() {
         fs::set_permissions(&path, fs::Permissions::from_mode(0o777)).unwrap();
         let f = c.lookup(ROOT, "root-owned").unwrap();
         let user = c.with_creds(1000, 1000);
-        let suid = SetattrIn {
-            valid: FATTR_MODE,
-            mode: libc::S_IFREG | 0o4777,
-            ..Default::default()
-        };
+        let suid = set_mode(libc::S_IFREG | 0o4777);
         assert_eq!(
             user.setattr(f.nodeid, &suid).err(),
             Some(libc::EPERM),
             "{mode}"
         );
-        let take = SetattrIn {
-            valid: FATTR_UID,
-            uid: 1000,
-            ..Default::default()
-        };
+        let take = set_uid(1000);
         assert_eq!(
             user.setattr(f.nodeid, &take).err(),
             Some(libc::EPERM),
@@ -206,15 +196,8 @@ fn opcode_tour_under_namespace_and_seccomp_kill() {
     c.flush(f.nodeid, o.fh, 0).unwrap();
     c.release(f.nodeid, o.fh, 0).unwrap();
     c.getattr(f.nodeid, None).unwrap();
-    c.setattr(
-        f.nodeid,
-        &SetattrIn {
-            valid: FATTR_MODE,
-            mode: libc::S_IFREG | 0o600,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    c.setattr(f.nodeid, &set_mode(libc::S_IFREG | 0o600))
+        .unwrap();
     c.setxattr(f.nodeid, "user.k", b"v", 0).unwrap();
     c.getxattr(f.nodeid, "user.k", 64).unwrap();
     c.listxattr(f.nodeid, 64).unwrap();

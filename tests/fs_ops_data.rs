@@ -17,13 +17,7 @@ use common::fuse_abi::*;
 use common::fuse_client::XattrReply;
 use common::Session;
 
-const ROOT: u64 = FUSE_ROOT_ID;
 const MIB: usize = 1 << 20;
-const RDWR: u32 = libc::O_RDWR as u32;
-const RDONLY: u32 = libc::O_RDONLY as u32;
-const FOPEN_DIRECT_IO: u32 = 1;
-const FOPEN_KEEP_CACHE: u32 = 2;
-const STATX_BTIME: u32 = 0x800;
 
 /// Deterministic test data.
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -363,15 +357,7 @@ fn fallocate_lseek_copy_file_range() {
     assert_eq!(m.len(), 2 * MIB as u64);
     assert!(m.blocks() * 512 >= 2 * MIB as u64, "{} blocks", m.blocks());
     // Back to a sparse file: data at 0..4K and 1M..1M+4K, holes elsewhere.
-    c.setattr(
-        e.nodeid,
-        &SetattrIn {
-            valid: 1 << 3,
-            size: 0,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    c.setattr(e.nodeid, &set_size(0)).unwrap();
     let block = pattern(4096, 4);
     c.write(e.nodeid, o.fh, 0, &block).unwrap();
     c.write(e.nodeid, o.fh, MIB as u64, &block).unwrap();
@@ -454,7 +440,7 @@ fn statx_reports_btime() {
         .duration_since(UNIX_EPOCH)
         .unwrap();
     let e = c.lookup(ROOT, "f").unwrap();
-    let mask = libc::STATX_BASIC_STATS | STATX_BTIME;
+    let mask = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
     let check = |out: &StatxOut| {
         let st = &out.stat;
         assert_eq!(st.mask & mask, mask, "mask {:#x}", st.mask);
@@ -626,11 +612,7 @@ fn readonly_refuses_every_change() {
         c.rename2(ROOT, "f", ROOT, "d", libc::RENAME_EXCHANGE).err(),
         erofs
     );
-    let chmod = SetattrIn {
-        valid: 1,
-        mode: libc::S_IFREG | 0o777,
-        ..Default::default()
-    };
+    let chmod = set_mode(libc::S_IFREG | 0o777);
     assert_eq!(c.setattr(f.nodeid, &chmod).err(), erofs);
     assert_eq!(c.write(f.nodeid, o.fh, 0, b"x").err(), Some(libc::EBADF));
     assert_eq!(c.fallocate(f.nodeid, o.fh, 0, 4096, 0).err(), erofs);

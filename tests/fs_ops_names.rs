@@ -12,18 +12,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::fuse_abi::*;
 use common::{FuseClient, Session};
 
-const ROOT: u64 = FUSE_ROOT_ID;
-
-const FATTR_MODE: u32 = 1 << 0;
-const FATTR_UID: u32 = 1 << 1;
-const FATTR_GID: u32 = 1 << 2;
-const FATTR_SIZE: u32 = 1 << 3;
-const FATTR_ATIME: u32 = 1 << 4;
-const FATTR_MTIME: u32 = 1 << 5;
-const FATTR_FH: u32 = 1 << 6;
-const FATTR_ATIME_NOW: u32 = 1 << 7;
-const FATTR_MTIME_NOW: u32 = 1 << 8;
-
 /// Linux `new_encode_dev()`: the u32 device number in FUSE MKNOD and `fuse_attr.rdev`.
 fn encode_dev(major: u32, minor: u32) -> u32 {
     (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
@@ -173,14 +161,7 @@ fn setattr_with_and_without_fh() {
 
     // Mode, without fh.
     let a = c
-        .setattr(
-            e.nodeid,
-            &SetattrIn {
-                valid: FATTR_MODE,
-                mode: libc::S_IFREG | 0o4751,
-                ..Default::default()
-            },
-        )
+        .setattr(e.nodeid, &set_mode(libc::S_IFREG | 0o4751))
         .expect("SETATTR mode");
     assert_eq!(a.attr.mode, libc::S_IFREG | 0o4751);
     assert_eq!(fs::metadata(&path).unwrap().mode(), libc::S_IFREG | 0o4751);
@@ -203,46 +184,19 @@ fn setattr_with_and_without_fh() {
     assert_eq!((m.uid(), m.gid()), (1000, 2002));
 
     // Size, without fh and through an open file.
-    let a = c
-        .setattr(
-            e.nodeid,
-            &SetattrIn {
-                valid: FATTR_SIZE,
-                size: 3,
-                ..Default::default()
-            },
-        )
-        .expect("SETATTR size");
+    let a = c.setattr(e.nodeid, &set_size(3)).expect("SETATTR size");
     assert_eq!(a.attr.size, 3);
     assert_eq!(fs::read(&path).unwrap(), b"012");
     let o = c.open(e.nodeid, libc::O_RDWR as u32).unwrap();
     let a = c
-        .setattr(
-            e.nodeid,
-            &SetattrIn {
-                valid: FATTR_SIZE | FATTR_FH,
-                fh: o.fh,
-                size: 8192,
-                ..Default::default()
-            },
-        )
+        .setattr(e.nodeid, &with_fh(set_size(8192), o.fh))
         .expect("SETATTR size via fh");
     assert_eq!(a.attr.size, 8192);
     assert_eq!(fs::metadata(&path).unwrap().len(), 8192);
 
     // Explicit times, without fh, then through the fh.
     let a = c
-        .setattr(
-            e.nodeid,
-            &SetattrIn {
-                valid: FATTR_ATIME | FATTR_MTIME,
-                atime: 1_000_000_000,
-                atimensec: 5,
-                mtime: 1_100_000_000,
-                mtimensec: 7,
-                ..Default::default()
-            },
-        )
+        .setattr(e.nodeid, &set_times((1_000_000_000, 5), (1_100_000_000, 7)))
         .expect("SETATTR times");
     assert_eq!((a.attr.atime, a.attr.atimensec), (1_000_000_000, 5));
     assert_eq!((a.attr.mtime, a.attr.mtimensec), (1_100_000_000, 7));
@@ -272,13 +226,7 @@ fn setattr_with_and_without_fh() {
         .unwrap()
         .as_secs() as i64;
     let a = c
-        .setattr(
-            e.nodeid,
-            &SetattrIn {
-                valid: FATTR_ATIME | FATTR_MTIME | FATTR_ATIME_NOW | FATTR_MTIME_NOW,
-                ..Default::default()
-            },
-        )
+        .setattr(e.nodeid, &set_times_now())
         .expect("SETATTR times NOW");
     let m = fs::metadata(&path).unwrap();
     for t in [
@@ -291,26 +239,13 @@ fn setattr_with_and_without_fh() {
     }
 
     // Mode through the fh.
-    c.setattr(
-        e.nodeid,
-        &SetattrIn {
-            valid: FATTR_MODE | FATTR_FH,
-            fh: o.fh,
-            mode: libc::S_IFREG | 0o600,
-            ..Default::default()
-        },
-    )
-    .expect("SETATTR mode via fh");
+    c.setattr(e.nodeid, &with_fh(set_mode(libc::S_IFREG | 0o600), o.fh))
+        .expect("SETATTR mode via fh");
     assert_eq!(mode_bits(fs::metadata(&path).unwrap().mode()), 0o600);
     c.release(e.nodeid, o.fh, libc::O_RDWR as u32).unwrap();
 
     // A stale fh is refused, and so is an unknown node.
-    let stale = SetattrIn {
-        valid: FATTR_SIZE | FATTR_FH,
-        fh: o.fh,
-        size: 1,
-        ..Default::default()
-    };
+    let stale = with_fh(set_size(1), o.fh);
     assert_eq!(c.setattr(e.nodeid, &stale).err(), Some(libc::EBADF));
     assert_eq!(fs::metadata(&path).unwrap().len(), 8192);
     assert_eq!(
@@ -657,16 +592,9 @@ fn names_and_symlinks_cannot_escape_the_share() {
         );
         assert_eq!(c.unlink(l.nodeid, "passwd").err(), Some(libc::ENOTDIR));
         // Truncating or re-moding through the symlink would change its target.
-        let trunc = SetattrIn {
-            valid: FATTR_SIZE,
-            ..Default::default()
-        };
+        let trunc = set_size(0);
         assert_eq!(c.setattr(l.nodeid, &trunc).err(), Some(libc::EINVAL));
-        let chmod = SetattrIn {
-            valid: FATTR_MODE,
-            mode: 0o777,
-            ..Default::default()
-        };
+        let chmod = set_mode(0o777);
         assert_eq!(c.setattr(l.nodeid, &chmod).err(), Some(libc::EOPNOTSUPP));
     }
     assert!(!marker.exists());

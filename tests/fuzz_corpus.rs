@@ -22,7 +22,7 @@ fn fuzz_corpus_replays_cleanly() {
         files.len(),
         dir.display()
     );
-    let base = std::env::temp_dir().join(format!("vhostfs-fuzz-corpus-{}", std::process::id()));
+    let base = harness::TempDir::new("vhostfs-fuzz-corpus").unwrap();
     // Outside checks after every input, so that a failure names its input.
     let mut h = harness::Harness::new(base, 1);
     let failed: Vec<_> = files

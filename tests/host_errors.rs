@@ -17,10 +17,6 @@ use std::path::Path;
 use common::fuse_abi::*;
 use common::{Session, TempDir};
 
-const ROOT: u64 = FUSE_ROOT_ID;
-const RDWR: u32 = libc::O_RDWR as u32;
-const RDONLY: u32 = libc::O_RDONLY as u32;
-const FATTR_MODE: u32 = 1 << 0;
 const KIB: usize = 1 << 10;
 const HANDLE_MODES: [&str; 2] = ["--inode-file-handles=never", "--inode-file-handles=prefer"];
 
@@ -233,11 +229,7 @@ fn tmpfs_remounted_read_only_under_the_daemon_gives_erofs() {
         );
         assert_eq!(c.mkdir(d.nodeid, "sub", 0o755, 0).err(), Some(libc::EROFS));
         assert_eq!(c.open(f.nodeid, RDWR).err(), Some(libc::EROFS));
-        let chmod = SetattrIn {
-            valid: FATTR_MODE,
-            mode: libc::S_IFREG | 0o600,
-            ..Default::default()
-        };
+        let chmod = set_mode(libc::S_IFREG | 0o600);
         assert_eq!(c.setattr(f.nodeid, &chmod).err(), Some(libc::EROFS));
         assert_eq!(c.unlink(d.nodeid, "inner").err(), Some(libc::EROFS));
         assert_eq!(c.rename(ROOT, "f", d.nodeid, "f2").err(), Some(libc::EROFS));

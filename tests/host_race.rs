@@ -19,9 +19,6 @@ use std::time::{Duration, Instant};
 use common::fuse_abi::*;
 use common::{FuseClient, Session, TempDir};
 
-const ROOT: u64 = FUSE_ROOT_ID;
-const RDONLY: u32 = libc::O_RDONLY as u32;
-const RDWR: u32 = libc::O_RDWR as u32;
 const RACE_TIME: Duration = Duration::from_secs(2);
 const CANARY: &[u8] = b"CANARY: outside the share";
 const INSIDE: &[u8] = b"inside";

@@ -10,11 +10,6 @@ use std::os::unix::fs::MetadataExt;
 use common::fuse_abi::*;
 use common::Session;
 
-const ROOT: u64 = FUSE_ROOT_ID;
-const RDWR: u32 = libc::O_RDWR as u32;
-const RDONLY: u32 = libc::O_RDONLY as u32;
-const FATTR_SIZE: u32 = 1 << 3;
-
 fn exercise(mode: &str) {
     let s = Session::start(&[&format!("--inode-file-handles={mode}"), "--xattr"]);
     let c = &s.client;
@@ -42,11 +37,7 @@ fn exercise(mode: &str) {
     );
 
     // SETATTR size without an fh opens the inode itself.
-    let attr = SetattrIn {
-        valid: FATTR_SIZE,
-        size: 3,
-        ..Default::default()
-    };
+    let attr = set_size(3);
     assert_eq!(c.setattr(f.nodeid, &attr).expect("truncate").attr.size, 3);
     assert_eq!(fs::read(s.shared.join("host.txt")).unwrap(), b"WRI");
 

@@ -13,11 +13,11 @@ mod common;
 use std::fs;
 use std::sync::Arc;
 
+use common::fuse_abi::ROOT;
 use common::{spawn_vhostfs, Daemon, FuseClient, TempDir, TestGuest};
 use vhostfs::passthrough::fd_budget::DAEMON_RESERVE;
 
 const FILES: usize = 100_000;
-const ROOT: u64 = 1;
 const ENFILE: i32 = libc::ENFILE;
 /// The guest's fd budget with `--rlimit-nofile=4096`.
 const BUDGET: usize = 4096 - DAEMON_RESERVE;

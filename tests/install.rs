@@ -2,19 +2,22 @@
 //! the man page and completions generated from the command line, the units and the QEMU JSON
 //! naming the installed binary.
 
+mod common;
+
 use std::fs;
 use std::path::Path;
 use std::process::Command;
+
+use common::TempDir;
 
 #[test]
 fn install_sh_stages_everything() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let dest = tmp.join(format!("install-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dest);
+    let dest = TempDir::new_in(tmp, "install").unwrap();
     let out = Command::new("sh")
         .arg(root.join("contrib/install.sh"))
-        .env("DESTDIR", &dest)
+        .env("DESTDIR", dest.path())
         .env("PREFIX", "/opt/vhostfs")
         .env("PROFILE", "dev")
         // A target dir of its own: the one running this test is locked by cargo.
@@ -49,5 +52,4 @@ fn install_sh_stages_everything() {
     let json = fs::read_to_string(p.join("share/qemu/vhost-user/50-vhostfs.json")).unwrap();
     assert!(json.contains("\"binary\": \"/opt/vhostfs/bin/vhostfs\""));
     assert!(dest.join("etc/vhostfs").is_dir());
-    fs::remove_dir_all(&dest).unwrap();
 }

@@ -9,7 +9,6 @@ use common::fuse_abi::*;
 use common::{spawn_vhostfs, FuseClient, GuestOptions, TempDir, TestGuest};
 use vm_memory::ByteValued;
 
-const ROOT: u64 = 1;
 const BURST: usize = 64;
 
 /// Sends one burst of `BURST` GETATTRs of the root to a fresh daemon started with `extra`;

@@ -14,8 +14,6 @@ use common::fuse_abi::*;
 use common::fuse_client::XattrReply;
 use common::Session;
 
-const ROOT: u64 = FUSE_ROOT_ID;
-const RDWR: u32 = libc::O_RDWR as u32;
 const ACL: u64 = FUSE_POSIX_ACL | FUSE_DONT_MASK;
 
 fn flags(init: &InitOut) -> u64 {

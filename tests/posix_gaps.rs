@@ -21,16 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use common::fuse_abi::*;
 use common::Session;
 
-const ROOT: u64 = FUSE_ROOT_ID;
 const HANDLE_MODES: [&str; 2] = ["--inode-file-handles=never", "--inode-file-handles=prefer"];
-
-const FATTR_MODE: u32 = 1 << 0;
-const FATTR_SIZE: u32 = 1 << 3;
-const FATTR_ATIME: u32 = 1 << 4;
-const FATTR_MTIME: u32 = 1 << 5;
-const FATTR_ATIME_NOW: u32 = 1 << 7;
-const FATTR_MTIME_NOW: u32 = 1 << 8;
-const FATTR_CTIME: u32 = 1 << 10;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -40,17 +31,6 @@ const GIB: u64 = 1 << 30;
 fn times(path: &Path) -> ((i64, i64), (i64, i64)) {
     let m = fs::symlink_metadata(path).unwrap();
     ((m.atime(), m.atime_nsec()), (m.mtime(), m.mtime_nsec()))
-}
-
-fn set_times(atime: (u64, u32), mtime: (u64, u32)) -> SetattrIn {
-    SetattrIn {
-        valid: FATTR_ATIME | FATTR_MTIME,
-        atime: atime.0,
-        atimensec: atime.1,
-        mtime: mtime.0,
-        mtimensec: mtime.1,
-        ..Default::default()
-    }
 }
 
 #[test]
@@ -116,14 +96,8 @@ fn utimes_on_a_symlink_set_the_links_own_times() {
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_secs() as i64;
-        c.setattr(
-            l.nodeid,
-            &SetattrIn {
-                valid: FATTR_ATIME | FATTR_MTIME | FATTR_ATIME_NOW | FATTR_MTIME_NOW,
-                ..Default::default()
-            },
-        )
-        .expect("SETATTR times NOW of a symlink");
+        c.setattr(l.nodeid, &set_times_now())
+            .expect("SETATTR times NOW of a symlink");
         let ((at, _), (mt, _)) = times(&link);
         assert!(
             (at - now).abs() <= 5 && (mt - now).abs() <= 5,
@@ -154,11 +128,7 @@ fn utimes_on_a_symlink_set_the_links_own_times() {
         );
         assert_eq!(times(&link), before, "{mode}");
         // Mode bits of a symlink still cannot be changed (Linux has none to change).
-        let chmod = SetattrIn {
-            valid: FATTR_MODE,
-            mode: 0o700,
-            ..Default::default()
-        };
+        let chmod = set_mode(0o700);
         assert_eq!(c.setattr(l.nodeid, &chmod).err(), Some(libc::EOPNOTSUPP));
     }
 }

@@ -5,62 +5,25 @@
 mod common;
 
 use std::fs::File;
-use std::io::Read;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use common::daemon::{run_with_timeout, Outcome};
 use common::{spawn_vhostfs, TempDir};
 
 /// How long a failing start may take.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
-struct Outcome {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
 /// Runs `vhostfs args...` with `stdin` (null if `None`), kills it if it has not exited within
 /// [`EXIT_TIMEOUT`] (a test failure), and collects its output.
 fn run_with_stdin(args: &[String], stdin: Option<File>) -> Outcome {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vhostfs"))
-        .args(args)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vhostfs"));
+    cmd.args(args)
         .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn vhostfs");
-    let deadline = Instant::now() + EXIT_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("vhostfs {args:?} still running after {EXIT_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    Outcome {
-        status,
-        stdout,
-        stderr,
-    }
+        .stderr(Stdio::piped());
+    run_with_timeout(&mut cmd, EXIT_TIMEOUT)
+        .unwrap_or_else(|| panic!("vhostfs {args:?} still running after {EXIT_TIMEOUT:?}"))
 }
 
 fn run(args: &[String]) -> Outcome {

@@ -16,9 +16,6 @@ use std::time::{Duration, Instant};
 use common::fuse_abi::*;
 use common::{FuseClient, Session, TempDir};
 
-/// `FUSE_ATTR_SUBMOUNT` (linux/fuse.h), in `fuse_attr.flags`.
-const FUSE_ATTR_SUBMOUNT: u32 = 1;
-
 fn run(cmd: &str, args: &[&str]) {
     let out = Command::new(cmd).args(args).output().unwrap();
     assert!(

@@ -395,7 +395,7 @@ fn namespace_and_metadata_ops() {
     assert_eq!(c.getattr(f.nodeid, Some(o.fh)).unwrap().attr.size, 1 << 20);
     assert_eq!(c.lseek(f.nodeid, o.fh, 0, libc::SEEK_DATA as u32), Ok(0));
     let set = SetattrIn {
-        valid: 1 << 3 | 1, // FATTR_SIZE | FATTR_MODE
+        valid: FATTR_SIZE | FATTR_MODE,
         size: 4,
         mode: 0o640,
         ..Default::default()

@@ -18,9 +18,6 @@ use common::{Daemon, FuseClient, TempDir, TestGuest};
 /// The unprivileged user the daemon runs as.
 const NOBODY: u32 = 65534;
 
-/// `FATTR_UID` (linux/fuse.h).
-const FATTR_UID: u32 = 1 << 1;
-
 fn vhostfs(socket: &Path, shared: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vhostfs"));
     cmd.arg(format!("--socket-path={}", socket.display()))
@@ -108,11 +105,7 @@ fn unprivileged_namespace_run_serves_from_a_user_namespace() {
 
     // Root inside cannot give a file to an id the namespace does not map.
     let node = client.lookup(FUSE_ROOT_ID, "new").unwrap().nodeid;
-    let chown = SetattrIn {
-        valid: FATTR_UID,
-        uid: 1000,
-        ..Default::default()
-    };
+    let chown = set_uid(1000);
     assert_eq!(client.setattr(node, &chown).unwrap_err(), libc::EINVAL);
     assert_eq!(fs::metadata(shared.join("new")).unwrap().uid(), NOBODY);
 }

@@ -11,8 +11,6 @@ use common::fuse_abi::*;
 use common::{spawn_vhostfs, FuseClient, TempDir, TestGuest};
 use vm_memory::ByteValued;
 
-const ROOT: u64 = 1;
-
 #[test]
 fn pool_serves_many_requests_in_flight_on_one_queue() {
     let share = TempDir::new("pool-share").unwrap();

@@ -15,17 +15,19 @@ const CHECK_EVERY: u64 = 64;
 
 /// The scratch directory of this process, under `$VHOSTFS_FUZZ_DIR` (e.g. a small tmpfs: the
 /// guest can FALLOCATE) or the system temp dir. Directories of dead fuzzer processes (fork
-/// mode starts many) are removed.
-fn base() -> PathBuf {
+/// mode starts many, and they exit without dropping the harness) are removed.
+fn base() -> harness::TempDir {
     let root = std::env::var_os("VHOSTFS_FUZZ_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("vhostfs-fuzz"));
     std::fs::create_dir_all(&root).unwrap();
     for e in std::fs::read_dir(&root).unwrap().flatten() {
         let name = e.file_name();
+        // `run-PID-...`, as `TempDir::new_in` names them.
         let stale = name
             .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
+            .and_then(|s| s.strip_prefix("run-")?.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
             .is_some_and(|pid| !PathBuf::from(format!("/proc/{pid}")).exists());
         if stale {
             let _ = std::process::Command::new("rm")
@@ -34,7 +36,7 @@ fn base() -> PathBuf {
                 .status();
         }
     }
-    root.join(std::process::id().to_string())
+    harness::TempDir::new_in(&root, "run").unwrap()
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -1,6 +1,7 @@
 //! Unit tests of the command line.
 
 use super::*;
+use crate::temp_dir::TempDir;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::UnixListener;
 
@@ -440,10 +441,7 @@ fn requirements() {
 
 #[test]
 fn fd_validation() {
-    let dir = std::env::temp_dir().join(format!("vhostfs-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    // A socket left by an earlier, aborted run with the same pid would make bind fail.
-    let _ = std::fs::remove_file(dir.join("listen.sock"));
+    let dir = TempDir::new("vhostfs-cli").unwrap();
     let listener = UnixListener::bind(dir.join("listen.sock")).unwrap();
     let fd = listener.as_raw_fd().to_string();
     let arg = format!("--fd={fd}");
@@ -467,5 +465,4 @@ fn fd_validation() {
         assert!(message.contains("Bad file descriptor"), "{message}");
     }
     drop(listener);
-    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi as fa;
-use virtio_queue::{Queue, QueueT};
+use virtio_queue::QueueT;
 use vm_memory::{
     ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap,
 };
@@ -14,13 +14,12 @@ use vm_memory::{
 use super::abi::*;
 use super::{FuseServer, ServerOptions};
 use crate::passthrough::{FsConfig, PassthroughFs};
+use crate::temp_dir::TempDir;
 
-const VRING_DESC_F_NEXT: u16 = 1;
-const VRING_DESC_F_WRITE: u16 = 2;
-const QUEUE_SIZE: u16 = 16;
-const DESC_TABLE: u64 = 0;
-const AVAIL_RING: u64 = 0x1000;
-const USED_RING: u64 = 0x2000;
+/// The hand-written queue, shared with the fuzz harness (`fuzz/harness.rs`).
+mod desc_table;
+pub(super) use desc_table::{publish, Desc};
+
 /// Readable buffers are laid out from here, writable ones from `WRITE_BASE`.
 const READ_BASE: u64 = 0x10_0000;
 const WRITE_BASE: u64 = 0x80_0000;
@@ -28,22 +27,12 @@ pub(super) const MEM_SIZE: usize = 0x100_0000;
 
 pub(super) type VhostMem = GuestMemoryMmap<()>;
 
-/// A fresh, empty share, removed on drop: the tests never touch anything else.
-pub(super) struct Share(std::path::PathBuf);
-
-impl Drop for Share {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn server() -> (FuseServer, Share) {
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("vhostfs-fuse-server-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A server over a fresh, empty share (removed when the returned directory is dropped): the
+/// tests never touch anything else.
+fn server() -> (FuseServer, TempDir) {
+    let dir = TempDir::new("vhostfs-fuse-server").unwrap();
     let fs = PassthroughFs::new(FsConfig {
-        shared_dir: dir.clone(),
+        shared_dir: dir.path().to_path_buf(),
         inode_file_handles: crate::passthrough::InodeFileHandles::Never,
         entry_timeout: std::time::Duration::from_secs(1),
         attr_timeout: std::time::Duration::from_secs(1),
@@ -57,51 +46,7 @@ fn server() -> (FuseServer, Share) {
         fd_cache_size: crate::passthrough::fd_cache::DEFAULT_SIZE,
     })
     .unwrap();
-    (
-        FuseServer::new(Arc::new(fs), ServerOptions::default()),
-        Share(dir),
-    )
-}
-
-/// One descriptor: where, how long, device-writable or not.
-#[derive(Clone, Copy)]
-pub(super) struct Desc {
-    addr: u64,
-    len: u32,
-    write: bool,
-}
-
-/// Writes `descs` as one chain at the head of the descriptor table and makes it the only
-/// available entry of a fresh queue.
-pub(super) fn publish<M: vm_memory::GuestMemory>(mem: &M, descs: &[Desc]) -> Queue {
-    for (i, d) in descs.iter().enumerate() {
-        let base = GuestAddress(DESC_TABLE + 16 * i as u64);
-        let mut flags = if d.write { VRING_DESC_F_WRITE } else { 0 };
-        if i + 1 < descs.len() {
-            flags |= VRING_DESC_F_NEXT;
-        }
-        mem.write_obj(d.addr.to_le(), base).unwrap();
-        mem.write_obj(d.len.to_le(), GuestAddress(base.0 + 8))
-            .unwrap();
-        mem.write_obj(flags.to_le(), GuestAddress(base.0 + 12))
-            .unwrap();
-        mem.write_obj((i as u16 + 1).to_le(), GuestAddress(base.0 + 14))
-            .unwrap();
-    }
-    mem.write_obj(0u16, GuestAddress(AVAIL_RING)).unwrap(); // flags
-    mem.write_obj(1u16.to_le(), GuestAddress(AVAIL_RING + 2))
-        .unwrap(); // idx
-    mem.write_obj(0u16, GuestAddress(AVAIL_RING + 4)).unwrap(); // ring[0] = head 0
-    let mut q = Queue::new(QUEUE_SIZE).unwrap();
-    q.set_size(QUEUE_SIZE);
-    q.try_set_desc_table_address(GuestAddress(DESC_TABLE))
-        .unwrap();
-    q.try_set_avail_ring_address(GuestAddress(AVAIL_RING))
-        .unwrap();
-    q.try_set_used_ring_address(GuestAddress(USED_RING))
-        .unwrap();
-    q.set_ready(true);
-    q
+    (FuseServer::new(Arc::new(fs), ServerOptions::default()), dir)
 }
 
 /// Copies `readable` into guest memory from `READ_BASE` on and poisons writable buffers of the
@@ -116,11 +61,7 @@ pub(super) fn lay_out<M: vm_memory::GuestMemory>(
     let mut addr = READ_BASE;
     for buf in readable {
         mem.write_slice(buf, GuestAddress(addr)).unwrap();
-        descs.push(Desc {
-            addr,
-            len: buf.len() as u32,
-            write: false,
-        });
+        descs.push(Desc::readable(addr, buf.len() as u32));
         addr += (buf.len() as u64 + 4095) & !4095;
     }
     let mut addr = WRITE_BASE;
@@ -128,11 +69,7 @@ pub(super) fn lay_out<M: vm_memory::GuestMemory>(
         // Poison, to check that nothing past the used length is claimed as written.
         mem.write_slice(&vec![0xa5; len as usize], GuestAddress(addr))
             .unwrap();
-        descs.push(Desc {
-            addr,
-            len,
-            write: true,
-        });
+        descs.push(Desc::writable(addr, len));
         addr += (u64::from(len) + 4095) & !4095;
     }
     descs
@@ -155,7 +92,7 @@ pub(super) fn read_back<M: vm_memory::GuestMemory>(mem: &M, writable: &[u32]) ->
 struct Harness {
     mem: GuestMemoryAtomic<VhostMem>,
     server: FuseServer,
-    _share: Share,
+    _share: TempDir,
 }
 
 impl Harness {
@@ -271,16 +208,8 @@ fn plain_guest_memory_and_reference_chains() {
     let req = request(FUSE_GETATTR, 5, 1, fa::GetattrIn::default().as_slice());
     mem.write_slice(&req, GuestAddress(READ_BASE)).unwrap();
     let descs = [
-        Desc {
-            addr: READ_BASE,
-            len: req.len() as u32,
-            write: false,
-        },
-        Desc {
-            addr: WRITE_BASE,
-            len: 4096,
-            write: true,
-        },
+        Desc::readable(READ_BASE, req.len() as u32),
+        Desc::writable(WRITE_BASE, 4096),
     ];
     let mut q = publish(&mem, &descs);
     let chain = q.pop_descriptor_chain(&mem).unwrap();
@@ -668,16 +597,8 @@ fn descriptor_spanning_two_regions_is_dropped() {
     let req = request(FUSE_GETATTR, 5, 1, fa::GetattrIn::default().as_slice());
     let addr = MEM_SIZE as u64 - 8;
     let descs = [
-        Desc {
-            addr: READ_BASE,
-            len: req.len() as u32,
-            write: false,
-        },
-        Desc {
-            addr,
-            len: 64,
-            write: true,
-        },
+        Desc::readable(READ_BASE, req.len() as u32),
+        Desc::writable(addr, 64),
     ];
     mem.write_slice(&req, GuestAddress(READ_BASE)).unwrap();
     let mut q = publish(&mem, &descs);

@@ -3,7 +3,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
 
 use fuse_backend_rs::abi::fuse_abi as fa;
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter, Writer};
@@ -14,29 +13,23 @@ use super::dir::{dirent_size, DirentSink};
 use super::file::{read_file_into, write_file_from};
 use super::tests::{lay_out, publish, read_back, VhostMem, MEM_SIZE};
 use crate::passthrough::{DirEntry, Entry};
+use crate::temp_dir::TempDir;
 
-/// A scratch file in the temp dir, removed on drop.
-struct Scratch(PathBuf, File);
+/// A scratch file in a temp dir of its own (held for its drop: both are removed with it).
+struct Scratch(#[allow(dead_code)] TempDir, File);
 
 impl Scratch {
     fn new(tag: &str, content: &[u8]) -> Self {
-        let path =
-            std::env::temp_dir().join(format!("vhostfs-fuse-test-{}-{tag}", std::process::id()));
+        let dir = TempDir::new(&format!("vhostfs-fuse-test-{tag}")).unwrap();
         let mut f = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&path)
+            .open(dir.join("file"))
             .unwrap();
         f.write_all(content).unwrap();
-        Scratch(path, f)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        Scratch(dir, f)
     }
 }
 

@@ -109,16 +109,9 @@ impl Landlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::temp_dir::TempDir;
     use std::fs;
     use std::io;
-
-    fn temp_dir(name: &str) -> std::path::PathBuf {
-        let p =
-            std::env::temp_dir().join(format!("vhostfs-landlock-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap();
-        p
-    }
 
     #[test]
     fn modes_parse() {
@@ -132,7 +125,8 @@ mod tests {
     /// usable, files outside cannot be opened or created, even through an fd held before.
     #[test]
     fn only_the_share_is_reachable() {
-        let base = temp_dir("base");
+        let tmp = TempDir::new("vhostfs-landlock-base").unwrap();
+        let base = tmp.path().to_path_buf();
         let share = base.join("share");
         fs::create_dir(&share).unwrap();
         fs::write(share.join("in"), b"in").unwrap();
@@ -163,6 +157,5 @@ mod tests {
         })
         .join()
         .unwrap();
-        fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -14,7 +14,6 @@ pub use super::common::fuse_abi::*;
 pub use super::common::virtqueue::{VIRTQ_DESC_F_INDIRECT, VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE};
 pub use super::common::{Daemon, FuseClient, GuestBuf, Next, RawDesc, TempDir, TestGuest};
 
-pub const ROOT: u64 = FUSE_ROOT_ID;
 pub const HDR: usize = std::mem::size_of::<OutHeader>();
 pub const IN_HDR: usize = std::mem::size_of::<InHeader>();
 pub const QUEUE_SIZE: u16 = 128;
@@ -23,13 +22,33 @@ pub const MEM_SIZE: usize = 32 << 20;
 pub const FD_SLACK: usize = 16;
 /// How long a raw chain may take before it counts as dropped.
 pub const CHAIN_TIMEOUT: Duration = Duration::from_secs(5);
-pub const FATTR_MODE: u32 = 1 << 0;
-pub const FATTR_UID: u32 = 1 << 1;
-pub const FATTR_SIZE: u32 = 1 << 3;
-pub const FATTR_FH: u32 = 1 << 6;
-pub const FUSE_GETATTR_FH: u32 = 1;
 pub const FILE_DATA: &[u8] = b"shared file contents\n";
 pub const CANARY_DATA: &[u8] = b"outside the share: must never change\n";
+
+/// The body of a MKNOD of a regular file (0644), to put a name after.
+pub fn mknod_in() -> MknodIn {
+    MknodIn {
+        mode: libc::S_IFREG | 0o644,
+        ..Default::default()
+    }
+}
+
+/// The body of a MKDIR (0755), to put a name after.
+pub fn mkdir_in() -> MkdirIn {
+    MkdirIn {
+        mode: 0o755,
+        umask: 0,
+    }
+}
+
+/// The body of a read-write CREATE or TMPFILE of a regular file (0644), to put a name after.
+pub fn create_in() -> CreateIn {
+    CreateIn {
+        flags: libc::O_RDWR as u32,
+        mode: libc::S_IFREG | 0o644,
+        ..Default::default()
+    }
+}
 
 /// A parsed reply: none written (used length 0), an error, or a successful body.
 #[derive(Debug, PartialEq, Eq)]

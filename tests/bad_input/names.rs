@@ -6,27 +6,14 @@ use super::harness::*;
 fn names_and_symlinks_stay_inside() {
     let mut s = Setup::new();
     let bad_names: [&[u8]; 7] = [b"a/b", b"..", b".", b"/", b"../canary", b"/etc", b"dir/.."];
-    let mknod_in = MknodIn {
-        mode: libc::S_IFREG | 0o644,
-        ..Default::default()
-    };
-    let mkdir_in = MkdirIn {
-        mode: 0o755,
-        umask: 0,
-    };
-    let create_in = CreateIn {
-        flags: libc::O_RDWR as u32,
-        mode: libc::S_IFREG | 0o644,
-        ..Default::default()
-    };
     for name in bad_names {
         let n = cstr(name);
         let cases: Vec<(u32, Vec<u8>)> = vec![
             (FUSE_LOOKUP, n.clone()),
-            (FUSE_MKDIR, cat(&[mkdir_in.as_slice(), &n])),
-            (FUSE_CREATE, cat(&[create_in.as_slice(), &n])),
+            (FUSE_MKDIR, cat(&[mkdir_in().as_slice(), &n])),
+            (FUSE_CREATE, cat(&[create_in().as_slice(), &n])),
             (FUSE_SYMLINK, cat(&[&n, b"target\0"])),
-            (FUSE_MKNOD, cat(&[mknod_in.as_slice(), &n])),
+            (FUSE_MKNOD, cat(&[mknod_in().as_slice(), &n])),
             (FUSE_UNLINK, n.clone()),
             (FUSE_RMDIR, n.clone()),
             (
@@ -101,23 +88,7 @@ fn names_and_symlinks_stay_inside() {
             "OPEN {flags:#o} followed"
         );
     }
-    for attr in [
-        SetattrIn {
-            valid: FATTR_SIZE,
-            size: 0,
-            ..Default::default()
-        },
-        SetattrIn {
-            valid: FATTR_MODE,
-            mode: 0o777,
-            ..Default::default()
-        },
-        SetattrIn {
-            valid: FATTR_UID,
-            uid: 4242,
-            ..Default::default()
-        },
-    ] {
+    for attr in [set_size(0), set_mode(0o777), set_uid(4242)] {
         // Changing the link itself is fine (chown); changing the target is not.
         let _ = s.client.setattr(esc, &attr);
     }

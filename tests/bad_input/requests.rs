@@ -102,21 +102,11 @@ fn malformed_headers_and_bodies() {
     s.assert_serving("short bodies");
 
     // Names without NUL, and empty names.
-    let mkdir_in = MkdirIn {
-        mode: 0o755,
-        umask: 0,
-    };
-    let create_in = CreateIn {
-        flags: libc::O_RDWR as u32,
-        mode: libc::S_IFREG | 0o644,
-        umask: 0,
-        fuse_flags: 0,
-    };
     for name in [&b"no-nul"[..], b"", b"\0"] {
         let cases: Vec<(u32, Vec<u8>)> = vec![
             (FUSE_LOOKUP, name.to_vec()),
-            (FUSE_MKDIR, cat(&[mkdir_in.as_slice(), name])),
-            (FUSE_CREATE, cat(&[create_in.as_slice(), name])),
+            (FUSE_MKDIR, cat(&[mkdir_in().as_slice(), name])),
+            (FUSE_CREATE, cat(&[create_in().as_slice(), name])),
             (FUSE_UNLINK, name.to_vec()),
             (FUSE_RMDIR, name.to_vec()),
             (FUSE_SYMLINK, cat(&[name, b"target\0"])),
@@ -185,39 +175,15 @@ fn bogus_node_ids_and_file_handles() {
     };
     for bogus in [0, 2, 12345, u64::MAX] {
         // Node ID in the header.
-        let mode = SetattrIn {
-            valid: FATTR_MODE,
-            mode: 0o600,
-            ..Default::default()
-        };
+        let mode = set_mode(0o600);
         let cases: Vec<(u32, Vec<u8>)> = vec![
             (FUSE_LOOKUP, cstr(b"file.txt")),
             (FUSE_GETATTR, GetattrIn::default().as_slice().to_vec()),
             (FUSE_SETATTR, mode.as_slice().to_vec()),
             (FUSE_READLINK, Vec::new()),
             (FUSE_SYMLINK, cat(&[b"s\0", b"target\0"])),
-            (
-                FUSE_MKNOD,
-                cat(&[
-                    MknodIn {
-                        mode: libc::S_IFREG | 0o644,
-                        ..Default::default()
-                    }
-                    .as_slice(),
-                    b"n\0",
-                ]),
-            ),
-            (
-                FUSE_MKDIR,
-                cat(&[
-                    MkdirIn {
-                        mode: 0o755,
-                        umask: 0,
-                    }
-                    .as_slice(),
-                    b"d\0",
-                ]),
-            ),
+            (FUSE_MKNOD, cat(&[mknod_in().as_slice(), b"n\0"])),
+            (FUSE_MKDIR, cat(&[mkdir_in().as_slice(), b"d\0"])),
             (FUSE_UNLINK, cstr(b"file.txt")),
             (FUSE_RMDIR, cstr(b"dir")),
             (
@@ -249,30 +215,8 @@ fn bogus_node_ids_and_file_handles() {
                 .to_vec(),
             ),
             (FUSE_OPENDIR, OpenIn::default().as_slice().to_vec()),
-            (
-                FUSE_CREATE,
-                cat(&[
-                    CreateIn {
-                        flags: libc::O_RDWR as u32,
-                        mode: libc::S_IFREG | 0o644,
-                        ..Default::default()
-                    }
-                    .as_slice(),
-                    b"c\0",
-                ]),
-            ),
-            (
-                FUSE_TMPFILE,
-                cat(&[
-                    CreateIn {
-                        flags: libc::O_RDWR as u32,
-                        mode: libc::S_IFREG | 0o644,
-                        ..Default::default()
-                    }
-                    .as_slice(),
-                    b"/\0",
-                ]),
-            ),
+            (FUSE_CREATE, cat(&[create_in().as_slice(), b"c\0"])),
+            (FUSE_TMPFILE, cat(&[create_in().as_slice(), b"/\0"])),
             (FUSE_STATFS, Vec::new()),
             (
                 FUSE_ACCESS,
@@ -450,17 +394,7 @@ fn bogus_node_ids_and_file_handles() {
                 .as_slice()
                 .to_vec(),
             ),
-            (
-                FUSE_SETATTR,
-                SetattrIn {
-                    valid: FATTR_FH | FATTR_SIZE,
-                    fh,
-                    size: 0,
-                    ..Default::default()
-                }
-                .as_slice()
-                .to_vec(),
-            ),
+            (FUSE_SETATTR, with_fh(set_size(0), fh).as_slice().to_vec()),
             (
                 FUSE_STATX,
                 StatxIn {

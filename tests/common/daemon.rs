@@ -1,10 +1,9 @@
-//! Running daemons under test and scratch directories.
+//! Running daemons under test, and commands with a timeout.
 
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// How long [`Daemon::spawn`] waits for the socket to appear.
@@ -55,17 +54,8 @@ impl Daemon {
     }
 
     /// Wait up to `timeout` for the process to exit; returns its status if it did.
-    pub fn wait_exit(&mut self, timeout: Duration) -> io::Result<Option<std::process::ExitStatus>> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(Some(status));
-            }
-            if Instant::now() > deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    pub fn wait_exit(&mut self, timeout: Duration) -> io::Result<Option<ExitStatus>> {
+        wait_timeout(&mut self.child, timeout)
     }
 
     /// The host pid of the process serving requests: under `--sandbox=namespace` the spawned
@@ -103,46 +93,50 @@ impl Drop for Daemon {
     }
 }
 
-/// A fresh directory under the system temp dir, removed recursively on drop.
-pub struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    pub fn new(prefix: &str) -> io::Result<TempDir> {
-        TempDir::new_in(&std::env::temp_dir(), prefix)
-    }
-
-    /// A fresh directory under `base` (e.g. `/var/tmp`, on disk where `/tmp` may be a tmpfs).
-    pub fn new_in(base: &Path, prefix: &str) -> io::Result<TempDir> {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path = base.join(format!(
-            "{prefix}-{}-{}-{nanos}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir(&path)?;
-        Ok(TempDir { path })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// `self.path()` joined with `name`.
-    pub fn join(&self, name: &str) -> PathBuf {
-        self.path.join(name)
+/// Wait up to `timeout` for `child` to exit; returns its status if it did.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() > deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
+/// How a command run by [`run_with_timeout`] ended.
+pub struct Outcome {
+    pub status: ExitStatus,
+    /// What it wrote to stdout, if that was piped (else empty).
+    pub stdout: String,
+    /// What it wrote to stderr, if that was piped (else empty).
+    pub stderr: String,
+}
+
+/// Runs `cmd`, with the stdio its caller set up, to its exit and collects the output of its
+/// piped stdout and stderr; `None` if it was still running after `timeout` (it is then killed).
+pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Option<Outcome> {
+    let mut child = cmd.spawn().expect("spawn");
+    let Some(status) = wait_timeout(&mut child, timeout).unwrap() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    };
+    fn read_all(pipe: Option<impl Read>) -> String {
+        let mut s = String::new();
+        if let Some(mut pipe) = pipe {
+            pipe.read_to_string(&mut s).unwrap();
+        }
+        s
     }
+    Some(Outcome {
+        status,
+        stdout: read_all(child.stdout.take()),
+        stderr: read_all(child.stderr.take()),
+    })
 }
 
 /// The reference virtiofsd: `$VIRTIOFSD`, else `virtiofsd` on PATH, else ~/.cargo/bin/virtiofsd.

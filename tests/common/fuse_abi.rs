@@ -1,6 +1,7 @@
 //! FUSE wire format for the test guest: fuse-backend-rs's ABI structs where they exist, our own
 //! `#[repr(C)]` structs for what it lacks (FUSE 7.38 INIT with flags2, SETXATTR_EXT, SYNCFS,
-//! STATX, security context extension), opcodes and INIT flags as in the Linux uapi <linux/fuse.h>.
+//! STATX, security context extension), opcodes and flags as in the Linux uapi <linux/fuse.h>,
+//! and builders of the SETATTR bodies the tests send. The one copy for all tests and benches.
 
 use vm_memory::ByteValued;
 
@@ -108,6 +109,98 @@ pub const FUSE_PASSTHROUGH: u64 = 1 << 37;
 pub const FUSE_NO_EXPORT_SUPPORT: u64 = 1 << 38;
 pub const FUSE_HAS_RESEND: u64 = 1 << 39;
 pub const FUSE_ALLOW_IDMAP: u64 = 1 << 40;
+
+// fuse_setattr_in.valid.
+pub const FATTR_MODE: u32 = 1 << 0;
+pub const FATTR_UID: u32 = 1 << 1;
+pub const FATTR_GID: u32 = 1 << 2;
+pub const FATTR_SIZE: u32 = 1 << 3;
+pub const FATTR_ATIME: u32 = 1 << 4;
+pub const FATTR_MTIME: u32 = 1 << 5;
+pub const FATTR_FH: u32 = 1 << 6;
+pub const FATTR_ATIME_NOW: u32 = 1 << 7;
+pub const FATTR_MTIME_NOW: u32 = 1 << 8;
+pub const FATTR_LOCKOWNER: u32 = 1 << 9;
+pub const FATTR_CTIME: u32 = 1 << 10;
+pub const FATTR_KILL_SUIDGID: u32 = 1 << 11;
+
+// fuse_open_out.open_flags.
+pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
+pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+pub const FOPEN_NONSEEKABLE: u32 = 1 << 2;
+pub const FOPEN_CACHE_DIR: u32 = 1 << 3;
+pub const FOPEN_STREAM: u32 = 1 << 4;
+pub const FOPEN_NOFLUSH: u32 = 1 << 5;
+pub const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
+pub const FOPEN_PASSTHROUGH: u32 = 1 << 7;
+
+/// fuse_getattr_in.flags (and fuse_statx_in.getattr_flags): `fh` is valid.
+pub const FUSE_GETATTR_FH: u32 = 1 << 0;
+
+/// fuse_attr.flags: the entry is the root of a submount.
+pub const FUSE_ATTR_SUBMOUNT: u32 = 1 << 0;
+
+/// The root's node ID, as the tests spell it.
+pub const ROOT: u64 = FUSE_ROOT_ID;
+/// Open flags as fuse_open_in and fuse_create_in carry them.
+pub const RDONLY: u32 = libc::O_RDONLY as u32;
+pub const RDWR: u32 = libc::O_RDWR as u32;
+
+/// SETATTR of the mode (chmod).
+pub fn set_mode(mode: u32) -> SetattrIn {
+    SetattrIn {
+        valid: FATTR_MODE,
+        mode,
+        ..Default::default()
+    }
+}
+
+/// SETATTR of the size (truncate).
+pub fn set_size(size: u64) -> SetattrIn {
+    SetattrIn {
+        valid: FATTR_SIZE,
+        size,
+        ..Default::default()
+    }
+}
+
+/// SETATTR of the owner (chown to `uid`, the group unchanged).
+pub fn set_uid(uid: u32) -> SetattrIn {
+    SetattrIn {
+        valid: FATTR_UID,
+        uid,
+        ..Default::default()
+    }
+}
+
+/// SETATTR of atime and mtime, each (seconds, nanoseconds).
+pub fn set_times(atime: (u64, u32), mtime: (u64, u32)) -> SetattrIn {
+    SetattrIn {
+        valid: FATTR_ATIME | FATTR_MTIME,
+        atime: atime.0,
+        atimensec: atime.1,
+        mtime: mtime.0,
+        mtimensec: mtime.1,
+        ..Default::default()
+    }
+}
+
+/// SETATTR of atime and mtime to the current time (utimes with NULL).
+pub fn set_times_now() -> SetattrIn {
+    SetattrIn {
+        valid: FATTR_ATIME | FATTR_MTIME | FATTR_ATIME_NOW | FATTR_MTIME_NOW,
+        ..Default::default()
+    }
+}
+
+/// `attr` applied through the open file `fh` (FATTR_FH), as ftruncate or fchmod do.
+pub fn with_fh(attr: SetattrIn, fh: u64) -> SetattrIn {
+    SetattrIn {
+        valid: attr.valid | FATTR_FH,
+        fh,
+        ..attr
+    }
+}
 
 /// The INIT flags a Linux 6.12 virtio-fs driver sends (fuse_send_init without DAX, with
 /// CONFIG_FUSE_PASSTHROUGH as in distribution kernels; virtio-fs sets auto_submounts).

@@ -12,11 +12,13 @@ pub mod fuse_client;
 pub mod guest_memory;
 pub mod session;
 pub mod smoke;
+pub mod temp_dir;
 pub mod virtqueue;
 
-pub use daemon::{spawn_vhostfs, virtiofsd_path, Daemon, TempDir};
+pub use daemon::{spawn_vhostfs, virtiofsd_path, Daemon};
 pub use frontend::{GuestOptions, TestGuest};
 pub use fuse_client::FuseClient;
 pub use guest_memory::GuestBuf;
 pub use session::Session;
+pub use temp_dir::TempDir;
 pub use virtqueue::{Next, RawDesc};

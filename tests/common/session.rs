@@ -4,10 +4,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::daemon::{spawn_vhostfs, Daemon, TempDir};
+use super::daemon::{spawn_vhostfs, Daemon};
 use super::frontend::TestGuest;
 use super::fuse_abi::InitOut;
 use super::fuse_client::FuseClient;
+use super::temp_dir::TempDir;
 
 const MIB: usize = 1 << 20;
 

@@ -2,14 +2,14 @@
 //! launcher-style tests (`--fd=N`, systemd's fd 3).
 
 use std::fs;
-use std::io::Read;
 use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::daemon::run_with_timeout;
 use super::fuse_abi::{FUSE_KERNEL_VERSION, FUSE_ROOT_ID};
 use super::{FuseClient, TestGuest};
 
@@ -55,35 +55,15 @@ pub fn serve_one_guest(socket: &Path, shared: &Path) -> FuseClient {
     c
 }
 
-/// Runs `cmd` to its exit (killing it and panicking after `timeout`); returns its status and
-/// standard error.
+/// Runs `cmd` with stdin and stdout on /dev/null to its exit (killing it and panicking after
+/// `timeout`); returns its status and standard error.
 pub fn run_to_exit(cmd: &mut Command, timeout: Duration) -> (ExitStatus, String) {
-    let mut child = cmd
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} still running after {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    (status, stderr)
+        .stderr(Stdio::piped());
+    let out = run_with_timeout(cmd, timeout)
+        .unwrap_or_else(|| panic!("{cmd:?} still running after {timeout:?}"));
+    (out.status, out.stderr)
 }
 
 /// Makes `cmd` inherit `fd` (without close-on-exec) as fd `target` in the child.
