@@ -447,17 +447,23 @@ mod tests {
     }
 
     #[test]
-    fn the_reaper_closes_idle_fds_within_the_limit_and_sleeps_when_empty() {
+    fn two_sweep_periods_fit_in_the_idle_limit() {
+        // What the time bound rests on: an fd is closed by the second sweep after its last use.
+        assert!(2 * SWEEP_PERIOD < IDLE_LIMIT);
+    }
+
+    #[test]
+    fn the_reaper_closes_idle_fds_and_sleeps_when_empty() {
         let budget = FdBudget::new(1000);
         let c = FdCache::new(Arc::clone(&budget), DEFAULT_SIZE);
         for round in 0..2 {
             let start = std::time::Instant::now();
             c.insert(16, fd());
             while !c.is_empty() {
-                assert!(
-                    start.elapsed() < IDLE_LIMIT + Duration::from_millis(200),
-                    "round {round}"
-                );
+                // Two sweep periods fit in IDLE_LIMIT (the test above); the slack is for the
+                // reaper thread's wake-up under a loaded `cargo test` (the integration tests
+                // check the 1 s / 2 s bounds on a real daemon: tests/fd_time_bound.rs).
+                assert!(start.elapsed() < 2 * IDLE_LIMIT, "round {round}");
                 std::thread::sleep(Duration::from_millis(10));
             }
             assert_eq!(budget.in_use(), 0);

@@ -120,10 +120,9 @@ mod tests {
 
     #[test]
     fn handle_roundtrip() {
-        let dir = std::env::temp_dir().join(format!("vhostfs-fh-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::temp_dir::TempDir::new("vhostfs-fh").unwrap();
         std::fs::write(dir.join("f"), b"hello").unwrap();
-        let d = std::fs::File::open(&dir).unwrap();
+        let d = std::fs::File::open(dir.path()).unwrap();
         let h = FileHandle::from_fd(d.as_fd(), c"f")
             .unwrap()
             .expect("tmp supports handles");
@@ -132,7 +131,7 @@ mod tests {
         let path = std::fs::File::options()
             .read(true)
             .custom_flags(libc::O_PATH)
-            .open(&dir)
+            .open(dir.path())
             .unwrap();
         mounts
             .ensure(h.mnt_id, path.as_fd(), libc::S_IFDIR, proc_self_fd.as_fd())
@@ -141,6 +140,5 @@ mod tests {
         let mut s = String::new();
         std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s).unwrap();
         assert_eq!(s, "hello");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
