@@ -26,6 +26,17 @@ fn refused(args: &[String], inherit: Option<i32>) -> String {
     stderr.lines().last().unwrap_or("").to_string()
 }
 
+/// [`refused`] of `--socket-path=SOCKET --shared-dir=/`.
+fn refused_socket_path(socket: &std::path::Path) -> String {
+    refused(
+        &[
+            format!("--socket-path={}", socket.display()),
+            "--shared-dir=/".into(),
+        ],
+        None,
+    )
+}
+
 #[test]
 fn fd_not_listening() {
     let (a, _b) = UnixStream::pair().unwrap();
@@ -57,13 +68,7 @@ fn socket_path_with_a_live_listener() {
     let dir = TempDir::new("start-err").unwrap();
     let socket = dir.join("vm.sock");
     let _listener = UnixListener::bind(&socket).unwrap();
-    let message = refused(
-        &[
-            format!("--socket-path={}", socket.display()),
-            "--shared-dir=/".into(),
-        ],
-        None,
-    );
+    let message = refused_socket_path(&socket);
     assert_eq!(
         message,
         format!(
@@ -102,13 +107,7 @@ fn socket_path_is_a_regular_file() {
     let dir = TempDir::new("start-err").unwrap();
     let socket = dir.join("vm.sock");
     std::fs::write(&socket, b"not a socket").unwrap();
-    let message = refused(
-        &[
-            format!("--socket-path={}", socket.display()),
-            "--shared-dir=/".into(),
-        ],
-        None,
-    );
+    let message = refused_socket_path(&socket);
     assert_eq!(
         message,
         format!(

@@ -44,6 +44,16 @@ fn connect(socket: &Path) -> FuseClient {
     client
 }
 
+/// vhostfs with its defaults, run as [`NOBODY`] on `shared` (socket `s` in `sock_dir`), and a
+/// connected, initialised test guest.
+fn serve_as_nobody(sock_dir: &TempDir, shared: &TempDir) -> (Daemon, FuseClient) {
+    let socket = sock_dir.join("s");
+    let mut cmd = vhostfs(&socket, shared.path(), &[]);
+    cmd.uid(NOBODY).gid(NOBODY);
+    let daemon = Daemon::spawn(&mut cmd, &socket).unwrap();
+    (daemon, connect(&socket))
+}
+
 /// The namespace of `kind` process `pid` is in.
 fn ns(pid: u32, kind: &str) -> String {
     fs::read_link(format!("/proc/{pid}/ns/{kind}"))
@@ -76,12 +86,8 @@ fn create_write_read(client: &FuseClient, shared: &Path, name: &str) -> fs::Meta
 fn unprivileged_namespace_run_serves_from_a_user_namespace() {
     let (shared, sock_dir) = dirs(NOBODY);
     fs::write(shared.join("from-host"), b"abc").unwrap();
-    let socket = sock_dir.join("s");
     // The default sandbox (namespace) and file handle mode (prefer).
-    let mut cmd = vhostfs(&socket, shared.path(), &[]);
-    cmd.uid(NOBODY).gid(NOBODY);
-    let daemon = Daemon::spawn(&mut cmd, &socket).unwrap();
-    let client = connect(&socket);
+    let (daemon, client) = serve_as_nobody(&sock_dir, &shared);
     assert_eq!(
         client.lookup(FUSE_ROOT_ID, "from-host").unwrap().attr.size,
         3
@@ -129,11 +135,7 @@ fn unprivileged_namespace_run_sees_submounts() {
     }
     let _unmount = Unmount(&sub);
     fs::write(sub.join("f"), b"in the tmpfs").unwrap();
-    let socket = sock_dir.join("s");
-    let mut cmd = vhostfs(&socket, shared.path(), &[]);
-    cmd.uid(NOBODY).gid(NOBODY);
-    let _daemon = Daemon::spawn(&mut cmd, &socket).unwrap();
-    let client = connect(&socket);
+    let (_daemon, client) = serve_as_nobody(&sock_dir, &shared);
     let dir = client.lookup(FUSE_ROOT_ID, "tmp").unwrap();
     let f = client
         .lookup(dir.nodeid, "f")

@@ -91,6 +91,29 @@ pub fn cstr(s: &[u8]) -> Vec<u8> {
     v
 }
 
+/// A GETXATTR body asking for up to 64 bytes of the attribute `name` (NUL included).
+pub fn getxattr_body(name: &[u8]) -> Vec<u8> {
+    cat(&[
+        GetxattrIn {
+            size: 64,
+            padding: 0,
+        }
+        .as_slice(),
+        name,
+    ])
+}
+
+/// A RENAME2 body into the root (no flags) followed by `names`.
+pub fn rename2_body(names: &[&[u8]]) -> Vec<u8> {
+    let head = Rename2In {
+        newdir: ROOT,
+        ..Default::default()
+    };
+    let mut parts: Vec<&[u8]> = vec![head.as_slice()];
+    parts.extend_from_slice(names);
+    cat(&parts)
+}
+
 pub fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }

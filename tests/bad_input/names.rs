@@ -24,18 +24,7 @@ fn names_and_symlinks_stay_inside() {
                 FUSE_RENAME,
                 cat(&[RenameIn { newdir: ROOT }.as_slice(), b"file.txt\0", &n]),
             ),
-            (
-                FUSE_RENAME2,
-                cat(&[
-                    Rename2In {
-                        newdir: ROOT,
-                        ..Default::default()
-                    }
-                    .as_slice(),
-                    b"file.txt\0",
-                    &n,
-                ]),
-            ),
+            (FUSE_RENAME2, rename2_body(&[b"file.txt\0", &n])),
             (
                 FUSE_LINK,
                 cat(&[

@@ -128,17 +128,7 @@ fn malformed_headers_and_bodies() {
                     name,
                 ]),
             ),
-            (
-                FUSE_GETXATTR,
-                cat(&[
-                    GetxattrIn {
-                        size: 64,
-                        padding: 0,
-                    }
-                    .as_slice(),
-                    name,
-                ]),
-            ),
+            (FUSE_GETXATTR, getxattr_body(name)),
             (FUSE_REMOVEXATTR, name.to_vec()),
         ];
         for (opcode, body) in cases {
@@ -190,17 +180,7 @@ fn bogus_node_ids_and_file_handles() {
                 FUSE_RENAME,
                 cat(&[RenameIn { newdir: ROOT }.as_slice(), b"file.txt\0x\0"]),
             ),
-            (
-                FUSE_RENAME2,
-                cat(&[
-                    Rename2In {
-                        newdir: ROOT,
-                        ..Default::default()
-                    }
-                    .as_slice(),
-                    b"file.txt\0x\0",
-                ]),
-            ),
+            (FUSE_RENAME2, rename2_body(&[b"file.txt\0x\0"])),
             (
                 FUSE_LINK,
                 cat(&[LinkIn { oldnodeid: file }.as_slice(), b"l\0"]),
@@ -227,17 +207,7 @@ fn bogus_node_ids_and_file_handles() {
                 .as_slice()
                 .to_vec(),
             ),
-            (
-                FUSE_GETXATTR,
-                cat(&[
-                    GetxattrIn {
-                        size: 64,
-                        padding: 0,
-                    }
-                    .as_slice(),
-                    b"user.x\0",
-                ]),
-            ),
+            (FUSE_GETXATTR, getxattr_body(b"user.x\0")),
             (
                 FUSE_LISTXATTR,
                 GetxattrIn {

@@ -23,8 +23,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-now() { echo "${EPOCHREALTIME/,/.}"; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
 log() { echo "run-all: $*"; }
 
 default_args=${DAEMON_ARGS:---inode-file-handles=prefer --rlimit-nofile 4096}

@@ -60,8 +60,8 @@ if [ ${#daemon_cmd[@]} -eq 0 ]; then
 fi
 
 log() { echo "run-guest: $*" >&2; }
-now() { echo "${EPOCHREALTIME/,/.}"; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
 
 qemu=${QEMU:-qemu-system-x86_64}
 mem=${E2E_MEM:-512M}
@@ -89,31 +89,6 @@ qlog=$logdir/qemu.log
 
 daemon_pid='' qemu_pid='' result=3 keep=${E2E_KEEP:-}
 
-# stop PID NAME: SIGTERM, wait up to 5 s, then SIGKILL. Only ever signals the given pid.
-stop() {
-  local pid=$1 name=$2
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "$name (pid $pid) ignored SIGTERM; sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
-}
-# The daemon runs in its own session/process group (id = its pid, see setsid below), so that
-# children of a wrapper script are cleaned up too. stop_group PGID: like stop, for that group.
-stop_group() {
-  local pgid=$1
-  kill -0 -- "-$pgid" 2>/dev/null || { wait "$pgid" 2>/dev/null || true; return 0; }
-  kill -TERM -- "-$pgid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 -- "-$pgid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 -- "-$pgid" 2>/dev/null; then
-    log "daemon process group $pgid ignored SIGTERM; sending SIGKILL"
-    kill -KILL -- "-$pgid" 2>/dev/null || true
-  fi
-  wait "$pgid" 2>/dev/null || true
-}
 # shellcheck disable=SC2317 # invoked from the EXIT trap
 cleanup() {
   local rc=$?

@@ -33,8 +33,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-now() { echo "${EPOCHREALTIME/,/.}"; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$here/lib.sh"
 log() { echo "submounts: $*"; }
 die() { echo "submounts: $*" >&2; exit 2; }
 
@@ -84,23 +84,6 @@ D=$work/share T=$work/pin
 loops=() qemu_pid='' failed=0 summary=()
 declare -A dpid=() loopdev=() handled=() pin_base=() sync_c=()
 
-# stop PID: SIGTERM, up to 5 s, SIGKILL. stop_group PGID: the same for a process group.
-stop() {
-  local pid=$1
-  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-stop_group() {
-  local pgid=$1
-  kill -0 -- "-$pgid" 2>/dev/null || { wait "$pgid" 2>/dev/null || true; return 0; }
-  kill -TERM -- "-$pgid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 -- "-$pgid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL -- "-$pgid" 2>/dev/null || true
-  wait "$pgid" 2>/dev/null || true
-}
 # Mount points at or below $work, deepest first.
 mounts_in_work() { findmnt -rn -o TARGET | awk -v w="$work" '$0 == w || index($0, w "/") == 1' | sort -r; }
 # shellcheck disable=SC2317 # invoked from the EXIT trap

@@ -1,0 +1,34 @@
+# Shared by the host-side e2e scripts (sourced): timing and stopping processes. The caller
+# defines log().
+# shellcheck shell=bash
+
+now() { echo "${EPOCHREALTIME/,/.}"; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+
+# stop PID [NAME]: SIGTERM, wait up to 5 s, then SIGKILL (said with log); reaps it. Only ever
+# signals the given pid.
+stop() {
+  local pid=$1 name=${2:-process}
+  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "$name (pid $pid) ignored SIGTERM; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+# stop_group PGID: like stop, for a process group (a daemon started with setsid, so that the
+# children of a wrapper script are stopped too).
+stop_group() {
+  local pgid=$1
+  kill -0 -- "-$pgid" 2>/dev/null || { wait "$pgid" 2>/dev/null || true; return 0; }
+  kill -TERM -- "-$pgid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 -- "-$pgid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 -- "-$pgid" 2>/dev/null; then
+    log "daemon process group $pgid ignored SIGTERM; sending SIGKILL"
+    kill -KILL -- "-$pgid" 2>/dev/null || true
+  fi
+  wait "$pgid" 2>/dev/null || true
+}
