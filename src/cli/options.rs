@@ -9,9 +9,8 @@ use clap::Parser;
 use super::{CacheMode, MAX_TAG_LEN};
 use crate::sandbox::{IdMap, LandlockMode, ModCaps};
 
-use crate::fuse_server::NEGOTIATION;
-pub(super) const SANDBOX: &[&str] = &["namespace", "chroot", "none"];
-pub(super) const SECCOMP: &[&str] = &["none", "kill", "log", "trap"];
+use crate::fuse_server::Negotiation;
+use crate::sandbox::{SandboxMode, SeccompMode};
 pub(super) const INODE_FILE_HANDLES: &[&str] = &["never", "fallback", "prefer", "mandatory"];
 pub(super) const MIGRATION_MODE: &[&str] = &["find-paths", "file-handles"];
 pub(super) const MIGRATION_ON_ERROR: &[&str] = &["abort", "guest-error"];
@@ -108,7 +107,7 @@ pub(super) struct Opt {
 
     /// Enable support for posix ACLs (implies --xattr)
     #[arg(long, require_equals = true, default_value = "never", default_missing_value = "always",
-          num_args = 0..=1, value_name = "never|auto|always", value_parser = one_of(NEGOTIATION, false))]
+          num_args = 0..=1, value_name = "never|auto|always", value_parser = one_of(Negotiation::VALUES, false))]
     pub(super) posix_acl: String,
 
     /// Add custom rules for translating extended attributes between host and guest
@@ -117,7 +116,7 @@ pub(super) struct Opt {
     pub(super) xattrmap: Option<String>,
 
     /// Sandbox mechanism to isolate the daemon process (namespace, chroot, none)
-    #[arg(long, default_value = "namespace", value_parser = one_of(SANDBOX, true))]
+    #[arg(long, default_value = "namespace", value_parser = one_of(SandboxMode::VALUES, true))]
     pub(super) sandbox: String,
 
     /// Prevent the guest from making modifications to the filesystem
@@ -125,7 +124,7 @@ pub(super) struct Opt {
     pub(super) readonly: bool,
 
     /// Action to take when seccomp finds a not allowed syscall (none, kill, log, trap)
-    #[arg(long, default_value = "kill", value_parser = one_of(SECCOMP, false))]
+    #[arg(long, default_value = "kill", value_parser = one_of(SeccompMode::VALUES, false))]
     pub(super) seccomp: String,
 
     /// Tell the guest which directories are mount points [default]
@@ -216,7 +215,7 @@ pub(super) struct Opt {
     /// Enable security label support (implies --xattr) [only "never" is supported yet]
     #[arg(long = "security-label", require_equals = true, default_value = "never",
           default_missing_value = "always", num_args = 0..=1, value_name = "never|auto|always",
-          value_parser = one_of(NEGOTIATION, false))]
+          value_parser = one_of(Negotiation::VALUES, false))]
     pub(super) security_label: String,
 
     /// Map a range of UIDs from the host into the namespace, given as

@@ -25,32 +25,18 @@ use abi::*;
 use counters::Counters;
 use reply::{einval, errno_of};
 
+use crate::option_values::option_values;
 use crate::passthrough::{Context, PassthroughFs};
 
-/// The values of a [`Negotiation`] option.
-pub const NEGOTIATION: &[&str] = &["never", "auto", "always"];
-
-/// How hard to negotiate a FUSE feature with the guest (`--posix-acl=never|auto|always`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Negotiation {
-    /// Do not offer it.
-    Never,
-    /// Use it if the guest offers it, else continue without.
-    Auto,
-    /// Use it; a guest that does not offer it fails INIT.
-    Always,
-}
-
-impl std::str::FromStr for Negotiation {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "never" => Ok(Self::Never),
-            "auto" => Ok(Self::Auto),
-            "always" => Ok(Self::Always),
-            _ => Err(format!("expected one of: {}", NEGOTIATION.join(", "))),
-        }
+option_values! {
+    /// How hard to negotiate a FUSE feature with the guest (`--posix-acl=never|auto|always`).
+    pub enum Negotiation {
+        /// Do not offer it.
+        Never = "never",
+        /// Use it if the guest offers it, else continue without.
+        Auto = "auto",
+        /// Use it; a guest that does not offer it fails INIT.
+        Always = "always",
     }
 }
 

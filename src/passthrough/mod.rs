@@ -38,6 +38,7 @@ use self::fd_cache::FdCache;
 use self::file_handle::{FileHandle, MountFds};
 use self::handle_table::HandleTable;
 use self::inode_table::{Inode, InodeFd, InodeKey, InodeSource, InodeTable};
+use crate::option_values::option_values;
 
 /// The caller of one request, from `fuse_in_header`.
 #[derive(Clone, Copy, Debug)]
@@ -92,29 +93,17 @@ pub enum XattrReply {
     Data(Vec<u8>),
 }
 
-/// When to reference inodes by file handle rather than by an `O_PATH` file descriptor
-/// (`--inode-file-handles=never|prefer|mandatory`; `fallback` is a deprecated alias of
-/// `prefer`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InodeFileHandles {
-    /// Always use `O_PATH` file descriptors.
-    Never,
-    /// Use file handles where the filesystem supports them, else `O_PATH` descriptors.
-    Prefer,
-    /// Always use file handles; fail where they are not supported.
-    Mandatory,
-}
-
-impl std::str::FromStr for InodeFileHandles {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "never" => Ok(Self::Never),
-            "prefer" | "fallback" => Ok(Self::Prefer),
-            "mandatory" => Ok(Self::Mandatory),
-            _ => Err("expected one of: never, prefer, mandatory".into()),
-        }
+option_values! {
+    /// When to reference inodes by file handle rather than by an `O_PATH` file descriptor
+    /// (`--inode-file-handles=never|prefer|mandatory`; `fallback` is a deprecated alias of
+    /// `prefer`).
+    pub enum InodeFileHandles {
+        /// Always use `O_PATH` file descriptors.
+        Never = "never",
+        /// Use file handles where the filesystem supports them, else `O_PATH` descriptors.
+        Prefer = "prefer" | "fallback",
+        /// Always use file handles; fail where they are not supported.
+        Mandatory = "mandatory",
     }
 }
 

@@ -18,6 +18,7 @@
 //!   and says so in the log either way; `on` fails with one line when the kernel has none;
 //!   `off` does nothing.
 
+use crate::option_values::option_values;
 use std::path::Path;
 
 use ::landlock::{
@@ -25,27 +26,15 @@ use ::landlock::{
     ABI,
 };
 
-/// `--landlock`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LandlockMode {
-    /// Use Landlock when the kernel supports it (default).
-    Auto,
-    /// Require Landlock.
-    On,
-    /// Do not use Landlock.
-    Off,
-}
-
-impl std::str::FromStr for LandlockMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(LandlockMode::Auto),
-            "on" => Ok(LandlockMode::On),
-            "off" => Ok(LandlockMode::Off),
-            _ => Err("expected one of: auto, on, off".into()),
-        }
+option_values! {
+    /// `--landlock`.
+    pub enum LandlockMode {
+        /// Use Landlock when the kernel supports it (default).
+        Auto = "auto",
+        /// Require Landlock.
+        On = "on",
+        /// Do not use Landlock.
+        Off = "off",
     }
 }
 

@@ -74,42 +74,20 @@ pub use landlock::LandlockMode;
 pub use seccomp::SeccompMode;
 pub use userns::IdMap;
 
+use crate::option_values::option_values;
 use landlock::Landlock;
 use userns::{enter_user_namespace, UserNsError};
 
-/// Which sandbox to set up (`--sandbox`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SandboxMode {
-    /// New pid, mount and network namespaces (and a user namespace when not root) and
-    /// `pivot_root` into the shared dir (default).
-    Namespace,
-    /// `chroot` into the shared dir, for hosts where namespaces are not available.
-    Chroot,
-    /// No sandbox.
-    None,
-}
-
-impl SandboxMode {
-    /// The option value naming this mode.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxMode::Namespace => "namespace",
-            SandboxMode::Chroot => "chroot",
-            SandboxMode::None => "none",
-        }
-    }
-}
-
-impl std::str::FromStr for SandboxMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "namespace" => Ok(SandboxMode::Namespace),
-            "chroot" => Ok(SandboxMode::Chroot),
-            "none" => Ok(SandboxMode::None),
-            _ => Err("expected one of: namespace, chroot, none".into()),
-        }
+option_values! {
+    /// Which sandbox to set up (`--sandbox`).
+    pub enum SandboxMode {
+        /// New pid, mount and network namespaces (and a user namespace when not root) and
+        /// `pivot_root` into the shared dir (default).
+        Namespace = "namespace",
+        /// `chroot` into the shared dir, for hosts where namespaces are not available.
+        Chroot = "chroot",
+        /// No sandbox.
+        None = "none",
     }
 }
 

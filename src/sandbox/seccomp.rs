@@ -20,34 +20,22 @@
 //! - `kill` ends the whole process (`SECCOMP_RET_KILL_PROCESS`), `trap` sends SIGSYS to the
 //!   thread, `log` lets the call through and has the kernel log it (audit type 1326).
 
+use crate::option_values::option_values;
 use std::collections::BTreeMap;
 
 use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 
-/// What happens on a syscall outside the allowlist (`--seccomp`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SeccompMode {
-    /// Kill the process (default, as in virtiofsd).
-    Kill,
-    /// Allow the call and log it in the kernel log.
-    Log,
-    /// Send SIGSYS to the calling thread.
-    Trap,
-    /// No filter.
-    None,
-}
-
-impl std::str::FromStr for SeccompMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "kill" => Ok(SeccompMode::Kill),
-            "log" => Ok(SeccompMode::Log),
-            "trap" => Ok(SeccompMode::Trap),
-            "none" => Ok(SeccompMode::None),
-            _ => Err("expected one of: none, kill, log, trap".into()),
-        }
+option_values! {
+    /// What happens on a syscall outside the allowlist (`--seccomp`).
+    pub enum SeccompMode {
+        /// No filter.
+        None = "none",
+        /// Kill the process (default, as in virtiofsd).
+        Kill = "kill",
+        /// Allow the call and log it in the kernel log.
+        Log = "log",
+        /// Send SIGSYS to the calling thread.
+        Trap = "trap",
     }
 }
 
