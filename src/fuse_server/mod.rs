@@ -355,3 +355,5 @@ impl FuseServer {
 mod tests;
 #[cfg(test)]
 mod tests_io;
+#[cfg(test)]
+mod tests_opcodes;
