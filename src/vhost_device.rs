@@ -152,11 +152,7 @@ impl VhostFsBackend {
 
     /// The guest memory map, once the frontend sent it.
     fn memory(&self) -> Option<GuestMemoryAtomic<GuestMemory>> {
-        self.inner
-            .mem
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        crate::sync::read(&self.inner.mem).clone()
     }
 
     /// Serves every chain available on `vring`, queue `queue` (called on the queue's own thread
@@ -367,7 +363,7 @@ impl VhostUserBackend for VhostFsBackend {
     }
 
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemory>) -> io::Result<()> {
-        *self.inner.mem.write().unwrap_or_else(|e| e.into_inner()) = Some(mem);
+        *crate::sync::write(&self.inner.mem) = Some(mem);
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 //! served in parallel and slow ones (fsync, a cold read) do not hold up the rest of the queue. The
 //! pool is shared by all queues.
 
+use crate::sync::lock;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -44,7 +45,7 @@ impl WorkerPool {
 
     /// Runs `job` on a pool thread (or here, if the pool is shutting down).
     pub fn execute(&self, job: impl FnOnce() + Send + 'static) {
-        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let tx = lock(&self.tx).clone();
         match tx {
             Some(tx) => {
                 if let Err(e) = tx.send(Box::new(job)) {
@@ -59,7 +60,7 @@ impl WorkerPool {
 fn worker(rx: &Mutex<Receiver<Job>>) {
     loop {
         // The lock is held only while waiting for the next job, never while running one.
-        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+        let job = lock(&rx).recv();
         match job {
             Ok(job) => job(),
             Err(_) => return,
@@ -70,13 +71,8 @@ fn worker(rx: &Mutex<Receiver<Job>>) {
 impl Drop for WorkerPool {
     /// Lets the threads finish the jobs already queued, then joins them.
     fn drop(&mut self) {
-        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
-        for t in self
-            .threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
+        lock(&self.tx).take();
+        for t in lock(&self.threads).drain(..) {
             let _ = t.join();
         }
     }

@@ -12,6 +12,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, RwLock};
 
 use super::sys;
+use crate::sync;
 
 /// A file handle and the mount it belongs to.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -65,11 +66,7 @@ pub struct MountFds {
 
 impl MountFds {
     pub fn get(&self, mnt_id: u64) -> Option<Arc<OwnedFd>> {
-        self.fds
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&mnt_id)
-            .cloned()
+        sync::read(&self.fds).get(&mnt_id).cloned()
     }
 
     /// Makes sure there is a mount fd for `mnt_id`, opening one from `fd` (an O_PATH fd of an
@@ -95,9 +92,7 @@ impl MountFds {
             fd,
             libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
         )?;
-        self.fds
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
+        sync::write(&self.fds)
             .entry(mnt_id)
             .or_insert_with(|| Arc::new(mount));
         Ok(true)
