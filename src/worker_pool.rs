@@ -60,7 +60,7 @@ impl WorkerPool {
 fn worker(rx: &Mutex<Receiver<Job>>) {
     loop {
         // The lock is held only while waiting for the next job, never while running one.
-        let job = lock(&rx).recv();
+        let job = lock(rx).recv();
         match job {
             Ok(job) => job(),
             Err(_) => return,
