@@ -158,6 +158,10 @@ pub struct Config {
     /// `--allow-direct-io`, `-o allow_direct_io` / `-o no_allow_direct_io`: keep the guest's
     /// O_DIRECT when opening files (default off: stripped).
     pub allow_direct_io: bool,
+    /// Offer READDIRPLUS: off with `--no-readdirplus` or `-o no_readdirplus` (`-o readdirplus`
+    /// turns it back on), and with `--cache=never` whatever is given, as in virtiofsd (entries
+    /// that expire at once are not worth the lookups).
+    pub readdirplus: bool,
     /// `--announce-submounts` / `--no-announce-submounts` (default on).
     pub announce_submounts: bool,
     /// `--log-level`, `-o loglevel=`, `-d` (default `info`).
@@ -248,7 +252,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
     check(opt.socket_group.is_some(), "--socket-group");
     check(eff.xattrmap.value, &eff.xattrmap.spelling);
     check(opt.allow_mmap, "--allow-mmap");
-    check(!eff.readdirplus.value, &eff.readdirplus.spelling);
     check(eff.writeback.value, &eff.writeback.spelling);
     check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
     check(
@@ -412,6 +415,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         xattr: eff.xattr || posix_acl != Negotiation::Never,
         posix_acl,
         allow_direct_io: eff.allow_direct_io,
+        readdirplus: eff.readdirplus && eff.cache != CacheMode::Never,
         announce_submounts: eff.announce_submounts,
         log_level: if opt.compat_debug {
             log::LevelFilter::Debug
@@ -434,3 +438,5 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
 mod tests;
 #[cfg(test)]
 mod tests_docs;
+#[cfg(test)]
+mod tests_options;

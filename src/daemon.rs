@@ -310,6 +310,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     install_termination_handler(notifier.clone(), Arc::clone(&owned))
         .map_err(|e| format!("signal handling: {e}"))?;
     let opts = ServerOptions {
+        readdirplus: cfg.readdirplus,
         posix_acl: cfg.posix_acl,
         ..ServerOptions::default()
     };

@@ -149,7 +149,7 @@ pub(super) struct Opt {
     #[arg(long)]
     pub(super) allow_mmap: bool,
 
-    /// Disable support for READDIRPLUS operations [not supported yet]
+    /// Disable support for READDIRPLUS operations
     #[arg(long)]
     pub(super) no_readdirplus: bool,
 

@@ -54,6 +54,7 @@ fn defaults_match_virtiofsd() {
             xattr: false,
             posix_acl: Negotiation::Never,
             allow_direct_io: false,
+            readdirplus: true,
             announce_submounts: true,
             log_level: log::LevelFilter::Info,
             syslog: false,
@@ -276,7 +277,6 @@ fn unsupported_options_are_rejected() {
         (&["--preserve-noatime"], "--preserve-noatime"),
         (&["--writeback"], "--writeback"),
         (&["--allow-mmap"], "--allow-mmap"),
-        (&["--no-readdirplus"], "--no-readdirplus"),
         (&["--migration-mode=find-paths"], "--migration-mode"),
         (
             &["--migration-on-error=guest-error"],
@@ -289,7 +289,6 @@ fn unsupported_options_are_rejected() {
         (&["--migration-confirm-paths"], "--migration-confirm-paths"),
         (&["--socket-group=kvm"], "--socket-group"),
         (&["-o", "writeback"], "-o writeback"),
-        (&["-o", "no_readdirplus"], "-o no_readdirplus"),
         (&["-o", "killpriv_v2"], "-o killpriv_v2"),
         (&["-o", "security_label"], "-o security_label"),
         (
