@@ -162,6 +162,8 @@ pub struct Config {
     /// turns it back on), and with `--cache=never` whatever is given, as in virtiofsd (entries
     /// that expire at once are not worth the lookups).
     pub readdirplus: bool,
+    /// `--preserve-noatime`: keep the guest's O_NOATIME when opening (default off: cleared).
+    pub preserve_noatime: bool,
     /// `--announce-submounts` / `--no-announce-submounts` (default on).
     pub announce_submounts: bool,
     /// `--log-level`, `-o loglevel=`, `-d` (default `info`).
@@ -260,7 +262,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
     );
     check(!opt.translate_uid.is_empty(), "--translate-uid");
     check(!opt.translate_gid.is_empty(), "--translate-gid");
-    check(opt.preserve_noatime, "--preserve-noatime");
     check(opt.migration_mode.is_some(), "--migration-mode");
     check(opt.migration_on_error.is_some(), "--migration-on-error");
     check(opt.migration_verify_handles, "--migration-verify-handles");
@@ -416,6 +417,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         posix_acl,
         allow_direct_io: eff.allow_direct_io,
         readdirplus: eff.readdirplus && eff.cache != CacheMode::Never,
+        preserve_noatime: opt.preserve_noatime,
         announce_submounts: eff.announce_submounts,
         log_level: if opt.compat_debug {
             log::LevelFilter::Debug

@@ -277,6 +277,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         attr_timeout: cfg.cache.attr_timeout(),
         direct_io: cfg.cache.direct_io(),
         allow_direct_io: cfg.allow_direct_io,
+        preserve_noatime: cfg.preserve_noatime,
         keep_cache: cfg.cache == crate::cli::CacheMode::Always,
         readonly: cfg.readonly,
         xattr: cfg.xattr,

@@ -237,7 +237,8 @@ pub(super) struct Opt {
     #[arg(long)]
     pub(super) translate_gid: Vec<String>,
 
-    /// Preserve O_NOATIME behavior [not supported yet]
+    /// Keep the O_NOATIME flag of the guest's opens [default: cleared, as an unprivileged
+    /// daemon may not be allowed to use it on files it does not own]
     #[arg(long = "preserve-noatime")]
     pub(super) preserve_noatime: bool,
 

@@ -28,3 +28,9 @@ fn readdirplus_forms() {
         assert!(run(args).readdirplus, "{args:?}");
     }
 }
+
+#[test]
+fn preserve_noatime() {
+    assert!(!run(&[]).preserve_noatime);
+    assert!(run(&["--preserve-noatime"]).preserve_noatime);
+}
