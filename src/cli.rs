@@ -162,6 +162,9 @@ pub struct Config {
     /// turns it back on), and with `--cache=never` whatever is given, as in virtiofsd (entries
     /// that expire at once are not worth the lookups).
     pub readdirplus: bool,
+    /// `--allow-mmap`: negotiate FUSE_DIRECT_IO_ALLOW_MMAP, so the guest may mmap files opened
+    /// with FOPEN_DIRECT_IO (`--cache=never`) shared too (default off).
+    pub allow_mmap: bool,
     /// `--preserve-noatime`: keep the guest's O_NOATIME when opening (default off: cleared).
     pub preserve_noatime: bool,
     /// `--announce-submounts` / `--no-announce-submounts` (default on).
@@ -253,7 +256,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
     };
     check(opt.socket_group.is_some(), "--socket-group");
     check(eff.xattrmap.value, &eff.xattrmap.spelling);
-    check(opt.allow_mmap, "--allow-mmap");
     check(eff.writeback.value, &eff.writeback.spelling);
     check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
     check(
@@ -417,6 +419,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         posix_acl,
         allow_direct_io: eff.allow_direct_io,
         readdirplus: eff.readdirplus && eff.cache != CacheMode::Never,
+        allow_mmap: opt.allow_mmap,
         preserve_noatime: opt.preserve_noatime,
         announce_submounts: eff.announce_submounts,
         log_level: if opt.compat_debug {

@@ -312,8 +312,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         .map_err(|e| format!("signal handling: {e}"))?;
     let opts = ServerOptions {
         readdirplus: cfg.readdirplus,
+        allow_direct_io_mmap: cfg.allow_mmap,
         posix_acl: cfg.posix_acl,
-        ..ServerOptions::default()
     };
     let server = Arc::new(FuseServer::new(fs, opts));
     let backend = VhostFsBackend::new(server.clone(), cfg.tag.as_deref(), cfg.thread_pool_size)

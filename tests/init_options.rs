@@ -1,6 +1,7 @@
 //! Options that change what INIT offers the guest, as virtiofsd 1.14 spells and applies them:
 //! `--no-readdirplus` (and `--cache=never`) take READDIRPLUS out of the answer, yet a READDIRPLUS
-//! the guest sends anyway is still served, as virtiofsd serves it.
+//! the guest sends anyway is still served, as virtiofsd serves it; `--allow-mmap` adds
+//! FUSE_DIRECT_IO_ALLOW_MMAP (a guest that offers it may then mmap direct-I/O files shared).
 
 mod common;
 
@@ -66,4 +67,34 @@ fn readdirplus_is_offered_unless_turned_off() {
         assert_eq!(flags(&s.init), default & !READDIRPLUS, "{extra:?}");
         assert_both_listings_work(&s);
     }
+}
+
+#[test]
+fn allow_mmap_negotiates_direct_io_allow_mmap() {
+    let default = flags(&Session::start(&["--cache=never"]).init);
+    assert_eq!(default & FUSE_DIRECT_IO_ALLOW_MMAP, 0);
+    for extra in [&["--cache=never", "--allow-mmap"][..], &["--allow-mmap"]] {
+        let s = Session::start(extra);
+        // A 7.39 flag in the 7.38 answer, as virtiofsd 1.14 gives it (the guest honours it).
+        assert_eq!(s.init.minor, 38, "{extra:?}");
+        let without_mmap = flags(&Session::start(&extra[..extra.len() - 1]).init);
+        assert_eq!(
+            flags(&s.init),
+            without_mmap | FUSE_DIRECT_IO_ALLOW_MMAP,
+            "{extra:?}"
+        );
+        // Only to a guest that offers it (in flags2, which counts only with FUSE_INIT_EXT).
+        let init = s
+            .client
+            .init_with(LINUX_6_12_VIRTIOFS_INIT_FLAGS & !FUSE_INIT_EXT)
+            .expect("INIT without INIT_EXT");
+        assert_eq!(flags(&init) & FUSE_DIRECT_IO_ALLOW_MMAP, 0, "{extra:?}");
+        assert_eq!(init.flags2, 0, "{extra:?}");
+    }
+    // The files it is about: opened for direct I/O under --cache=never.
+    let s = Session::start(&["--cache=never", "--allow-mmap"]);
+    fs::write(s.shared.join("f"), b"abc").unwrap();
+    let e = s.client.lookup(ROOT, "f").unwrap();
+    let o = s.client.open(e.nodeid, RDONLY).expect("OPEN");
+    assert_eq!(o.open_flags & FOPEN_DIRECT_IO, FOPEN_DIRECT_IO);
 }

@@ -145,7 +145,8 @@ pub(super) struct Opt {
     #[arg(long, default_value = "auto", value_parser = parse_cache)]
     pub(super) cache: CacheMode,
 
-    /// Allow shared files to be mmap'd with --cache={metadata, never} [not supported yet]
+    /// Let the guest mmap files it opened for direct I/O (--cache=never) shared too; only safe
+    /// when nothing else changes the shared directory
     #[arg(long)]
     pub(super) allow_mmap: bool,
 

@@ -55,6 +55,7 @@ fn defaults_match_virtiofsd() {
             posix_acl: Negotiation::Never,
             allow_direct_io: false,
             readdirplus: true,
+            allow_mmap: false,
             preserve_noatime: false,
             announce_submounts: true,
             log_level: log::LevelFilter::Info,
@@ -276,7 +277,6 @@ fn unsupported_options_are_rejected() {
         (&["--translate-uid=guest:0:1000:1"], "--translate-uid"),
         (&["--translate-gid=map:0:1000:1"], "--translate-gid"),
         (&["--writeback"], "--writeback"),
-        (&["--allow-mmap"], "--allow-mmap"),
         (&["--migration-mode=find-paths"], "--migration-mode"),
         (
             &["--migration-on-error=guest-error"],
@@ -303,8 +303,8 @@ fn unsupported_options_are_rejected() {
         );
     }
     assert_eq!(
-        fail(&["--writeback", "--allow-mmap"]),
-        "not supported yet: --allow-mmap, --writeback"
+        fail(&["--killpriv-v2", "--writeback"]),
+        "not supported yet: --writeback, --killpriv-v2"
     );
 }
 

@@ -2,6 +2,7 @@
 //! socket goes: `--no-readdirplus`, `--preserve-noatime`, `--allow-mmap`, `--socket-group`.
 
 use super::tests::run;
+use super::*;
 
 #[test]
 fn readdirplus_forms() {
@@ -33,4 +34,14 @@ fn readdirplus_forms() {
 fn preserve_noatime() {
     assert!(!run(&[]).preserve_noatime);
     assert!(run(&["--preserve-noatime"]).preserve_noatime);
+}
+
+#[test]
+fn allow_mmap() {
+    assert!(!run(&[]).allow_mmap);
+    let config = run(&["--cache=never", "--allow-mmap"]);
+    assert!(config.allow_mmap);
+    assert_eq!(config.cache, CacheMode::Never);
+    // As in virtiofsd, it does not depend on the cache mode (it only matters for direct I/O).
+    assert!(run(&["--allow-mmap"]).allow_mmap);
 }
