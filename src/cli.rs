@@ -132,6 +132,9 @@ impl FromStr for CacheMode {
 pub struct Config {
     /// The vhost-user socket.
     pub socket: SocketSource,
+    /// `--socket-group`: the group (by name) to give the socket created at `--socket-path`,
+    /// which is then made group-connectable (only with a socket path).
+    pub socket_group: Option<String>,
     /// The directory to share (`--shared-dir` or `-o source=`); not checked to exist here.
     pub shared_dir: PathBuf,
     /// `--inode-file-handles` (default `prefer`).
@@ -254,7 +257,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
             found.push(spelling.to_string());
         }
     };
-    check(opt.socket_group.is_some(), "--socket-group");
     check(eff.xattrmap.value, &eff.xattrmap.spelling);
     check(eff.writeback.value, &eff.writeback.spelling);
     check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
@@ -383,6 +385,13 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         }
         (None, None, None) => SocketSource::Activation,
     };
+    // With --fd clap refuses it already, as virtiofsd does.
+    if opt.socket_group.is_some() && socket == SocketSource::Activation {
+        return Err(CliError::new(
+            "--socket-group needs --socket-path: a socket-activated socket is created by systemd \
+             (set SocketGroup= and SocketMode= in the .socket unit)",
+        ));
+    }
     let shared_dir = eff
         .shared_dir
         .ok_or_else(|| CliError::new("missing \"--shared-dir\" or \"-o source\" option"))?;
@@ -406,6 +415,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
     let posix_acl = eff.posix_acl.parse().map_err(CliError::new)?;
     Ok(Action::Run(Box::new(Config {
         socket,
+        socket_group: opt.socket_group,
         shared_dir,
         inode_file_handles,
         cache: eff.cache,

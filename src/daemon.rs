@@ -30,7 +30,7 @@ use crate::vhost_device::VhostFsBackend;
 
 mod socket;
 
-use socket::open_listener;
+use socket::{open_listener, SocketGroup};
 
 /// virtiofsd's default for `--rlimit-nofile` when it is not given.
 const DEFAULT_RLIMIT_NOFILE: u64 = 1_000_000;
@@ -116,6 +116,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // Process-wide but harmless: no file has been created yet.
     socket::umask(0);
     check_shared_dir(&cfg)?;
+    let socket_group = cfg
+        .socket_group
+        .as_deref()
+        .map(SocketGroup::resolve)
+        .transpose()?;
     // One instance per socket path, checked before anything is set up or logged, so that a
     // second instance fails with that one error line.
     // Removed again (through `owned`) on every way out, until the sandbox takes over.
@@ -138,7 +143,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     // The socket is checked and bound on the host, before the sandbox: in its own network
     // namespace /proc/net/unix would not show a live listener.
-    let mut listener = open_listener(&cfg.socket, activation)?;
+    let mut listener = open_listener(&cfg.socket, socket_group.as_ref(), activation)?;
     if let SocketSource::Path(p) = &cfg.socket {
         lock(&owned).socket = Some(p.clone());
     }

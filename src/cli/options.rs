@@ -88,7 +88,7 @@ pub(super) struct Opt {
     #[arg(long = "socket-path")]
     pub(super) socket_path: Option<PathBuf>,
 
-    /// Name of group for the vhost-user socket [not supported yet]
+    /// Name of group for the vhost-user socket (created with mode 0770 instead of 0700)
     #[arg(long = "socket-group", conflicts_with_all = ["fd", "print_capabilities"])]
     pub(super) socket_group: Option<String>,
 

@@ -44,6 +44,7 @@ fn defaults_match_virtiofsd() {
         config,
         Config {
             socket: SocketSource::Path("/tmp/vm.sock".into()),
+            socket_group: None,
             shared_dir: "/srv".into(),
             inode_file_handles: InodeFileHandles::Prefer,
             cache: CacheMode::Auto,
@@ -287,7 +288,6 @@ fn unsupported_options_are_rejected() {
             "--migration-verify-handles",
         ),
         (&["--migration-confirm-paths"], "--migration-confirm-paths"),
-        (&["--socket-group=kvm"], "--socket-group"),
         (&["-o", "writeback"], "-o writeback"),
         (&["-o", "killpriv_v2"], "-o killpriv_v2"),
         (&["-o", "security_label"], "-o security_label"),

@@ -45,3 +45,28 @@ fn allow_mmap() {
     // As in virtiofsd, it does not depend on the cache mode (it only matters for direct I/O).
     assert!(run(&["--allow-mmap"]).allow_mmap);
 }
+
+#[test]
+fn socket_group() {
+    assert_eq!(run(&[]).socket_group, None);
+    // Not looked up here (the daemon does, at start-up): any name parses.
+    assert_eq!(
+        run(&["--socket-group=kvm"]).socket_group.as_deref(),
+        Some("kvm")
+    );
+    let parse = |args: &[&str]| {
+        let mut all = vec!["vhostfs", "--shared-dir=/srv"];
+        all.extend_from_slice(args);
+        parse_args(all.into_iter().map(OsString::from))
+    };
+    let err = parse(&["--socket-group=kvm"]).unwrap_err();
+    assert_eq!(
+        err.message(),
+        "--socket-group needs --socket-path: a socket-activated socket is created by systemd \
+         (set SocketGroup= and SocketMode= in the .socket unit)"
+    );
+    // As in virtiofsd: --fd has no socket to give a group to.
+    let err = parse(&["--fd=0", "--socket-group=kvm"]).unwrap_err();
+    assert!(err.message().contains("cannot be used with"), "{err}");
+    assert!(err.message().contains("--socket-group"), "{err}");
+}

@@ -1,9 +1,12 @@
-//! The vhost-user socket: created at `--socket-path`, or inherited (`--fd`, systemd socket
+//! The vhost-user socket: created at `--socket-path` (mode 0700, or 0770 with the group of
+//! `--socket-group`, as virtiofsd 1.14 creates it), or inherited (`--fd`, systemd socket
 //! activation) and checked to be a listening UNIX stream socket. All of it runs on the host,
 //! before the sandbox, while the process has one thread.
 
+use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
@@ -19,6 +22,81 @@ pub(super) fn umask(mask: libc::mode_t) -> libc::mode_t {
     // SAFETY: umask only swaps a process attribute and cannot fail. It is process-wide: callers
     // run while the process has one thread (before the sandbox), or want it for every thread.
     unsafe { libc::umask(mask) }
+}
+
+/// The group `--socket-group` names, looked up in the group database.
+#[derive(Clone, Debug)]
+pub(super) struct SocketGroup {
+    name: String,
+    gid: libc::gid_t,
+}
+
+impl SocketGroup {
+    /// Looks `name` up (/etc/group or NSS). A name only, as virtiofsd takes it: a number that
+    /// names no group is no group.
+    pub(super) fn resolve(name: &str) -> Result<SocketGroup, String> {
+        let no_such = || format!("--socket-group {name}: no such group");
+        let cname = CString::new(name).map_err(|_| no_such())?;
+        let mut buf: Vec<libc::c_char> = vec![0; 1024];
+        loop {
+            let mut group = MaybeUninit::<libc::group>::uninit();
+            let mut found: *mut libc::group = std::ptr::null_mut();
+            // SAFETY: `cname` is a C string; `group` and `buf` (with its true length) are
+            // writable and outlive the call; `found` is a valid out-pointer.
+            let rc = unsafe {
+                libc::getgrnam_r(
+                    cname.as_ptr(),
+                    group.as_mut_ptr(),
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                    &mut found,
+                )
+            };
+            match rc {
+                0 if found.is_null() => return Err(no_such()),
+                0 => {
+                    // SAFETY: on success `found` points to `group`, which getgrnam_r filled.
+                    let gid = unsafe { group.assume_init() }.gr_gid;
+                    return Ok(SocketGroup {
+                        name: name.to_string(),
+                        gid,
+                    });
+                }
+                libc::ERANGE if buf.len() < 1 << 20 => buf.resize(buf.len() * 2, 0),
+                // Some NSS modules report a missing group as an error.
+                libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Err(no_such()),
+                e => {
+                    return Err(format!(
+                        "--socket-group {name}: cannot look the group up: {}",
+                        io::Error::from_raw_os_error(e)
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// Binds and listens on `path`: mode 0700, or 0770 and `group` as its group.
+fn bind_socket(path: &Path, group: Option<&SocketGroup>) -> Result<UnixListener, String> {
+    // The mode comes from the umask at bind time (not a chmod after), so the socket is never
+    // connectable by more than it should be. The process umask is 0 otherwise.
+    let old = umask(if group.is_some() { 0o007 } else { 0o077 });
+    let bound = UnixListener::bind(path);
+    umask(old);
+    let listener = bound.map_err(|e| format!("socket {}: {e}", path.display()))?;
+    if let Some(g) = group {
+        // By path: a chown of the fd would change the socket, not the file QEMU connects to.
+        if let Err(e) = std::os::unix::fs::lchown(path, None, Some(g.gid)) {
+            let _ = fs::remove_file(path);
+            return Err(format!(
+                "socket {}: cannot give it the group {} (gid {}) of --socket-group: {e}",
+                path.display(),
+                g.name,
+                g.gid
+            ));
+        }
+    }
+    Ok(listener)
 }
 
 /// Reads an integer socket option of `fd` (SOL_SOCKET level).
@@ -106,9 +184,10 @@ fn check_socket_path(path: &Path) -> Result<(), String> {
 }
 
 /// The listening socket, as given by `Config::socket` (a socket path is already guarded by
-/// our pid file).
+/// our pid file); a created one gets `group` (`--socket-group`, only with a socket path).
 pub(super) fn open_listener(
     socket: &SocketSource,
+    group: Option<&SocketGroup>,
     activation: Option<systemd::ActivationSocket>,
 ) -> Result<Listener, String> {
     match (socket, activation) {
@@ -117,9 +196,7 @@ pub(super) fn open_listener(
             // Bound here rather than by `Listener::new`, whose listener unlinks its path when
             // dropped: inside the sandbox that path would name a file of the share.
             let _ = fs::remove_file(path);
-            let l =
-                UnixListener::bind(path).map_err(|e| format!("socket {}: {e}", path.display()))?;
-            Ok(Listener::from(l))
+            Ok(Listener::from(bind_socket(path, group)?))
         }
         (SocketSource::Fd(fd), _) => {
             check_listening(*fd, &format!("--fd {fd}"))?;
