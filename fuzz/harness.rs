@@ -265,6 +265,7 @@ impl Harness {
             attr_timeout: Duration::from_secs(1),
             direct_io: false,
             allow_direct_io: false,
+            preserve_noatime: false,
             keep_cache: false,
             readonly: false,
             xattr: true,

@@ -132,6 +132,9 @@ impl FromStr for CacheMode {
 pub struct Config {
     /// The vhost-user socket.
     pub socket: SocketSource,
+    /// `--socket-group`: the group (by name) to give the socket created at `--socket-path`,
+    /// which is then made group-connectable (only with a socket path).
+    pub socket_group: Option<String>,
     /// The directory to share (`--shared-dir` or `-o source=`); not checked to exist here.
     pub shared_dir: PathBuf,
     /// `--inode-file-handles` (default `prefer`).
@@ -158,6 +161,15 @@ pub struct Config {
     /// `--allow-direct-io`, `-o allow_direct_io` / `-o no_allow_direct_io`: keep the guest's
     /// O_DIRECT when opening files (default off: stripped).
     pub allow_direct_io: bool,
+    /// Offer READDIRPLUS: off with `--no-readdirplus` or `-o no_readdirplus` (`-o readdirplus`
+    /// turns it back on), and with `--cache=never` whatever is given, as in virtiofsd (entries
+    /// that expire at once are not worth the lookups).
+    pub readdirplus: bool,
+    /// `--allow-mmap`: negotiate FUSE_DIRECT_IO_ALLOW_MMAP, so the guest may mmap files opened
+    /// with FOPEN_DIRECT_IO (`--cache=never`) shared too (default off).
+    pub allow_mmap: bool,
+    /// `--preserve-noatime`: keep the guest's O_NOATIME when opening (default off: cleared).
+    pub preserve_noatime: bool,
     /// `--announce-submounts` / `--no-announce-submounts` (default on).
     pub announce_submounts: bool,
     /// `--log-level`, `-o loglevel=`, `-d` (default `info`).
@@ -245,10 +257,7 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
             found.push(spelling.to_string());
         }
     };
-    check(opt.socket_group.is_some(), "--socket-group");
     check(eff.xattrmap.value, &eff.xattrmap.spelling);
-    check(opt.allow_mmap, "--allow-mmap");
-    check(!eff.readdirplus.value, &eff.readdirplus.spelling);
     check(eff.writeback.value, &eff.writeback.spelling);
     check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
     check(
@@ -257,7 +266,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
     );
     check(!opt.translate_uid.is_empty(), "--translate-uid");
     check(!opt.translate_gid.is_empty(), "--translate-gid");
-    check(opt.preserve_noatime, "--preserve-noatime");
     check(opt.migration_mode.is_some(), "--migration-mode");
     check(opt.migration_on_error.is_some(), "--migration-on-error");
     check(opt.migration_verify_handles, "--migration-verify-handles");
@@ -377,6 +385,13 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         }
         (None, None, None) => SocketSource::Activation,
     };
+    // With --fd clap refuses it already, as virtiofsd does.
+    if opt.socket_group.is_some() && socket == SocketSource::Activation {
+        return Err(CliError::new(
+            "--socket-group needs --socket-path: a socket-activated socket is created by systemd \
+             (set SocketGroup= and SocketMode= in the .socket unit)",
+        ));
+    }
     let shared_dir = eff
         .shared_dir
         .ok_or_else(|| CliError::new("missing \"--shared-dir\" or \"-o source\" option"))?;
@@ -400,6 +415,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
     let posix_acl = eff.posix_acl.parse().map_err(CliError::new)?;
     Ok(Action::Run(Box::new(Config {
         socket,
+        socket_group: opt.socket_group,
         shared_dir,
         inode_file_handles,
         cache: eff.cache,
@@ -412,6 +428,9 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         xattr: eff.xattr || posix_acl != Negotiation::Never,
         posix_acl,
         allow_direct_io: eff.allow_direct_io,
+        readdirplus: eff.readdirplus && eff.cache != CacheMode::Never,
+        allow_mmap: opt.allow_mmap,
+        preserve_noatime: opt.preserve_noatime,
         announce_submounts: eff.announce_submounts,
         log_level: if opt.compat_debug {
             log::LevelFilter::Debug
@@ -434,3 +453,5 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
 mod tests;
 #[cfg(test)]
 mod tests_docs;
+#[cfg(test)]
+mod tests_options;

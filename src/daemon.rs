@@ -11,13 +11,10 @@
 use crate::sync::lock;
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
-use std::os::unix::fs::FileTypeExt;
-use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use vhost::vhost_user::{Error as VhostUserError, Listener};
+use vhost::vhost_user::Error as VhostUserError;
 use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
@@ -30,6 +27,10 @@ use crate::sandbox::{Sandbox, SandboxMode};
 use crate::shutdown;
 use crate::systemd::{self, Notifier};
 use crate::vhost_device::VhostFsBackend;
+
+mod socket;
+
+use socket::{open_listener, SocketGroup};
 
 /// virtiofsd's default for `--rlimit-nofile` when it is not given.
 const DEFAULT_RLIMIT_NOFILE: u64 = 1_000_000;
@@ -99,129 +100,6 @@ fn check_shared_dir(cfg: &Config) -> Result<(), String> {
     }
 }
 
-/// Reads an integer socket option of `fd` (SOL_SOCKET level).
-fn socket_option(fd: RawFd, name: libc::c_int) -> io::Result<libc::c_int> {
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: valid out pointers of the right size.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            name,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(value)
-}
-
-/// Checks that an inherited socket (`what`: `--fd N` or systemd's) is a listening UNIX stream
-/// socket, as vhost-user needs: a bound but not listening socket would make the frontend's
-/// connect fail with ECONNREFUSED while the daemon waits forever.
-fn check_listening(fd: RawFd, what: &str) -> Result<(), String> {
-    let get = |name, option| socket_option(fd, name).map_err(|e| format!("{what}: {option}: {e}"));
-    if get(libc::SO_DOMAIN, "SO_DOMAIN")? != libc::AF_UNIX
-        || get(libc::SO_TYPE, "SO_TYPE")? != libc::SOCK_STREAM
-    {
-        return Err(format!(
-            "{what}: not a UNIX stream socket (vhost-user needs AF_UNIX, SOCK_STREAM)"
-        ));
-    }
-    if get(libc::SO_ACCEPTCONN, "SO_ACCEPTCONN")? == 0 {
-        return Err(format!(
-            "{what}: the socket is not listening (the caller must bind() and listen() before \
-             passing it)"
-        ));
-    }
-    Ok(())
-}
-
-/// Whether some process listens on the UNIX socket bound at `path`, from /proc/net/unix (a
-/// connect() would do, but would take the one connection a vhost-user daemon serves).
-fn is_listening_at(path: &Path) -> bool {
-    const SO_ACCEPTCON_FLAG: u32 = 0x0001_0000;
-    let Ok(table) = fs::read_to_string("/proc/net/unix") else {
-        return false;
-    };
-    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    table.lines().skip(1).any(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let listening = fields
-            .get(3)
-            .and_then(|f| u32::from_str_radix(f, 16).ok())
-            .is_some_and(|flags| flags & SO_ACCEPTCON_FLAG != 0);
-        listening
-            && fields
-                .get(7)
-                .is_some_and(|p| Path::new(p) == path || Path::new(p) == absolute)
-    })
-}
-
-/// Checks the socket path before it is (re)created: a file that is not a socket is never
-/// replaced, nor a socket that a live process (without our pid file) listens on; a stale socket
-/// file is replaced.
-fn check_socket_path(path: &Path) -> Result<(), String> {
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("socket {}: {e}", path.display())),
-        Ok(m) if !m.file_type().is_socket() => Err(format!(
-            "socket {}: the path exists and is not a socket; refusing to replace it",
-            path.display()
-        )),
-        Ok(_) if is_listening_at(path) => Err(format!(
-            "socket {}: in use, a live process is listening on it (another vhostfs or virtiofsd?)",
-            path.display()
-        )),
-        Ok(_) => {
-            log::info!("replacing the stale socket file {}", path.display());
-            Ok(())
-        }
-    }
-}
-
-/// The listening socket, as given by [`Config::socket`] (a socket path is already guarded by
-/// our pid file).
-fn open_listener(
-    socket: &SocketSource,
-    activation: Option<systemd::ActivationSocket>,
-) -> Result<Listener, String> {
-    match (socket, activation) {
-        (SocketSource::Path(path), _) => {
-            check_socket_path(path)?;
-            // Bound here rather than by `Listener::new`, whose listener unlinks its path when
-            // dropped: inside the sandbox that path would name a file of the share.
-            let _ = fs::remove_file(path);
-            let l =
-                UnixListener::bind(path).map_err(|e| format!("socket {}: {e}", path.display()))?;
-            Ok(Listener::from(l))
-        }
-        (SocketSource::Fd(fd), _) => {
-            check_listening(*fd, &format!("--fd {fd}"))?;
-            // SAFETY: the command line checked that the fd is open; we take it over.
-            Ok(unsafe { Listener::from_raw_fd(*fd) })
-        }
-        (SocketSource::Activation, Some(sock)) => {
-            let what = match &sock.name {
-                Some(name) => format!("the socket from systemd ({name})"),
-                None => "the socket from systemd".to_string(),
-            };
-            check_listening(sock.fd.as_raw_fd(), &what)?;
-            log::info!("using {what}");
-            // SAFETY: we own the fd; the listener takes it over.
-            Ok(unsafe { Listener::from_raw_fd(sock.fd.into_raw_fd()) })
-        }
-        (SocketSource::Activation, None) => Err(
-            "missing \"--socket-path\" or \"--fd\" option (and no socket from systemd socket \
-             activation: LISTEN_PID/LISTEN_FDS unset)"
-                .into(),
-        ),
-    }
-}
-
 /// Serves one vhost-user connection; returns when the frontend disconnects.
 pub fn run(cfg: Config) -> Result<(), String> {
     // The environment is read (and cleared) first, while the process has one thread.
@@ -235,9 +113,14 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // Declared before the listener, so dropped after it, on every way out of this function.
     let _release = ReleaseOnDrop(Arc::clone(&owned));
     // New files get exactly the mode the guest asked for (its kernel applied its umask).
-    // SAFETY: process-wide but harmless: no file has been created yet.
-    unsafe { libc::umask(0) };
+    // Process-wide but harmless: no file has been created yet.
+    socket::umask(0);
     check_shared_dir(&cfg)?;
+    let socket_group = cfg
+        .socket_group
+        .as_deref()
+        .map(SocketGroup::resolve)
+        .transpose()?;
     // One instance per socket path, checked before anything is set up or logged, so that a
     // second instance fails with that one error line.
     // Removed again (through `owned`) on every way out, until the sandbox takes over.
@@ -260,7 +143,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     // The socket is checked and bound on the host, before the sandbox: in its own network
     // namespace /proc/net/unix would not show a live listener.
-    let mut listener = open_listener(&cfg.socket, activation)?;
+    let mut listener = open_listener(&cfg.socket, socket_group.as_ref(), activation)?;
     if let SocketSource::Path(p) = &cfg.socket {
         lock(&owned).socket = Some(p.clone());
     }
@@ -277,6 +160,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         attr_timeout: cfg.cache.attr_timeout(),
         direct_io: cfg.cache.direct_io(),
         allow_direct_io: cfg.allow_direct_io,
+        preserve_noatime: cfg.preserve_noatime,
         keep_cache: cfg.cache == crate::cli::CacheMode::Always,
         readonly: cfg.readonly,
         xattr: cfg.xattr,
@@ -310,8 +194,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
     install_termination_handler(notifier.clone(), Arc::clone(&owned))
         .map_err(|e| format!("signal handling: {e}"))?;
     let opts = ServerOptions {
+        readdirplus: cfg.readdirplus,
+        allow_direct_io_mmap: cfg.allow_mmap,
         posix_acl: cfg.posix_acl,
-        ..ServerOptions::default()
     };
     let server = Arc::new(FuseServer::new(fs, opts));
     let backend = VhostFsBackend::new(server.clone(), cfg.tag.as_deref(), cfg.thread_pool_size)

@@ -30,7 +30,7 @@ pub(super) struct Effective {
     pub(super) log_level: log::LevelFilter,
     pub(super) xattr: bool,
     pub(super) announce_submounts: bool,
-    pub(super) readdirplus: Tracked<bool>,
+    pub(super) readdirplus: bool,
     pub(super) writeback: Tracked<bool>,
     pub(super) allow_direct_io: bool,
     pub(super) killpriv_v2: Tracked<bool>,
@@ -51,7 +51,7 @@ impl Effective {
             log_level: opt.log_level,
             xattr: opt.xattr,
             announce_submounts: !opt.no_announce_submounts,
-            readdirplus: Tracked::new(!opt.no_readdirplus, "--no-readdirplus"),
+            readdirplus: !opt.no_readdirplus,
             writeback: flag(opt.writeback, "writeback"),
             allow_direct_io: opt.allow_direct_io,
             killpriv_v2: flag(opt.killpriv_v2, "killpriv-v2"),
@@ -110,9 +110,7 @@ impl Effective {
         match item {
             "xattr" | "no_xattr" => self.xattr = item == "xattr",
             "announce_submounts" => self.announce_submounts = true,
-            "readdirplus" | "no_readdirplus" => {
-                self.readdirplus.set(item == "readdirplus", &spelling)
-            }
+            "readdirplus" | "no_readdirplus" => self.readdirplus = item == "readdirplus",
             "writeback" | "no_writeback" => self.writeback.set(item == "writeback", &spelling),
             "allow_direct_io" | "no_allow_direct_io" => {
                 self.allow_direct_io = item == "allow_direct_io"

@@ -88,7 +88,7 @@ pub(super) struct Opt {
     #[arg(long = "socket-path")]
     pub(super) socket_path: Option<PathBuf>,
 
-    /// Name of group for the vhost-user socket [not supported yet]
+    /// Name of group for the vhost-user socket (created with mode 0770 instead of 0700)
     #[arg(long = "socket-group", conflicts_with_all = ["fd", "print_capabilities"])]
     pub(super) socket_group: Option<String>,
 
@@ -145,11 +145,12 @@ pub(super) struct Opt {
     #[arg(long, default_value = "auto", value_parser = parse_cache)]
     pub(super) cache: CacheMode,
 
-    /// Allow shared files to be mmap'd with --cache={metadata, never} [not supported yet]
+    /// Let the guest mmap files it opened for direct I/O (--cache=never) shared too; only safe
+    /// when nothing else changes the shared directory
     #[arg(long)]
     pub(super) allow_mmap: bool,
 
-    /// Disable support for READDIRPLUS operations [not supported yet]
+    /// Disable support for READDIRPLUS operations
     #[arg(long)]
     pub(super) no_readdirplus: bool,
 
@@ -237,7 +238,8 @@ pub(super) struct Opt {
     #[arg(long)]
     pub(super) translate_gid: Vec<String>,
 
-    /// Preserve O_NOATIME behavior [not supported yet]
+    /// Keep the O_NOATIME flag of the guest's opens [default: cleared, as an unprivileged
+    /// daemon may not be allowed to use it on files it does not own]
     #[arg(long = "preserve-noatime")]
     pub(super) preserve_noatime: bool,
 

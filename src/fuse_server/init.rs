@@ -70,6 +70,9 @@ pub fn negotiate(opts: &ServerOptions, init: &InitIn) -> Result<Negotiated, i32>
     if opts.readdirplus {
         wanted |= FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO;
     }
+    // A 7.39 flag in a 7.38 answer, as virtiofsd 1.14 answers it: Linux (6.12 and on) reads
+    // every INIT flag whatever minor the daemon answers (from 7.6 on) and uses the minor only
+    // for the sizes of older structs; the flag changes nothing we send or parse.
     if opts.allow_direct_io_mmap {
         wanted |= FUSE_DIRECT_IO_ALLOW_MMAP;
     }

@@ -44,7 +44,8 @@ option_values! {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServerOptions {
     /// Offer READDIRPLUS (FUSE_DO_READDIRPLUS | FUSE_READDIRPLUS_AUTO); virtiofsd's
-    /// `--no-readdirplus` turns it off.
+    /// `--no-readdirplus` (and `--cache=never`) turn it off. A READDIRPLUS the guest sends anyway
+    /// is served, as virtiofsd serves it.
     pub readdirplus: bool,
     /// Negotiate FUSE_DIRECT_IO_ALLOW_MMAP, so that files opened with FOPEN_DIRECT_IO (e.g.
     /// `--cache=never`) can still be mmapped shared; virtiofsd's `--allow-mmap`.

@@ -38,6 +38,7 @@ pub(super) fn server() -> (FuseServer, TempDir) {
         attr_timeout: std::time::Duration::from_secs(1),
         direct_io: false,
         allow_direct_io: false,
+        preserve_noatime: false,
         keep_cache: false,
         readonly: false,
         xattr: false,

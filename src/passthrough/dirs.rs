@@ -15,16 +15,22 @@ const DIRENT_BUF: usize = 32 * 1024;
 const DIRENT64_HEADER: usize = 19;
 
 impl PassthroughFs {
-    pub fn opendir(&self, _ctx: &Context, nodeid: u64, _flags: u32) -> io::Result<Opened> {
+    /// `flags`: the guest's open(2) flags; only O_NOATIME counts, with `--preserve-noatime`.
+    pub fn opendir(&self, _ctx: &Context, nodeid: u64, flags: u32) -> io::Result<Opened> {
         let inode = self.inodes.get(nodeid)?;
         if !inode.is_dir() {
             return Err(err(libc::ENOTDIR));
         }
+        let noatime = if self.cfg.preserve_noatime {
+            flags as i32 & libc::O_NOATIME
+        } else {
+            0
+        };
         let token = self.take_token()?;
         let fd = inode.open(
             &self.mounts,
             self.proc_self_fd.as_fd(),
-            libc::O_RDONLY | libc::O_DIRECTORY,
+            libc::O_RDONLY | libc::O_DIRECTORY | noatime,
         )?;
         let fh = self
             .handles

@@ -16,7 +16,7 @@ use super::{
 
 /// Open flags the guest may not pass through: creation is done by CREATE (which puts O_CREAT
 /// back, and keeps the guest's O_EXCL), O_NOCTTY is the daemon's business. O_DIRECT too, unless
-/// `--allow-direct-io`.
+/// `--allow-direct-io`, and O_NOATIME unless `--preserve-noatime` (see [`super::FsConfig`]).
 const STRIPPED_FLAGS: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY;
 
 impl PassthroughFs {
@@ -25,6 +25,9 @@ impl PassthroughFs {
         let mut stripped = STRIPPED_FLAGS;
         if !self.cfg.allow_direct_io {
             stripped |= libc::O_DIRECT;
+        }
+        if !self.cfg.preserve_noatime {
+            stripped |= libc::O_NOATIME;
         }
         let flags = (flags as i32 & !stripped) | libc::O_NOFOLLOW;
         if self.cfg.readonly

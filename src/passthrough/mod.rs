@@ -118,6 +118,12 @@ pub struct FsConfig {
     pub direct_io: bool,
     /// `--allow-direct-io`: keep the guest's O_DIRECT when opening files.
     pub allow_direct_io: bool,
+    /// `--preserve-noatime`: keep the guest's O_NOATIME when opening files and directories.
+    /// Else it is cleared, as virtiofsd clears it: the host allows O_NOATIME only to the file's
+    /// owner or with CAP_FOWNER, which the daemon may lack (an unprivileged run, `--modcaps`, an
+    /// owner outside its user namespace, CREATE under the caller's fsuid), and the open would
+    /// fail with EPERM where the guest's own check passed.
+    pub preserve_noatime: bool,
     /// `--cache=always`: let the guest keep its page cache across opens.
     pub keep_cache: bool,
     pub readonly: bool,

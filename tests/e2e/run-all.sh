@@ -17,6 +17,8 @@
 #                   and printed only on failure.
 #   E2E_MANY        files in the big directory (default 20000); E2E_TIMEOUT (default 600 s).
 #   E2E_SUBMOUNTS=0 skip submounts.sh (3 boots, ~3.5 min; run for a vhostfs binary only).
+#   E2E_CASES       run only these cases (space-separated names, e.g. "mmap-allow mmap-deny";
+#                   "submounts" for submounts.sh).
 #   VHOSTFS_GUEST_DIR, QEMU, E2E_MEM, E2E_SMP: see run-guest.sh.
 # Must run as root (chown to 1000:1000 in the guest needs a root daemon).
 set -euo pipefail
@@ -94,21 +96,34 @@ if gcc -O2 -static -Wall -o "$work/posix-probe" "$here/posix-probe.c" \
 else
   log "cannot build tests/e2e/posix-probe.c (gcc -static, libc6-dev): the posix case fails"
 fi
+# The mmap probe's: mmap-probe.c, which also prepares and verifies the share on the host.
+mmap_initramfs=''
+if gcc -O2 -static -Wall -o "$work/mmap-probe" "$here/mmap-probe.c" \
+  && "$here/mkinitramfs.sh" --extra-bin "$work/mmap-probe" "$work/mmap.cpio.gz" "$here/guest-mmap-test.sh" >/dev/null; then
+  mmap_initramfs=$work/mmap.cpio.gz
+else
+  log "cannot build tests/e2e/mmap-probe.c (gcc -static, libc6-dev): the mmap cases fail"
+fi
 log "initramfs built in $(elapsed "$t0" "$(now)") s"
 log "daemon: ${daemon[*]} ($("${daemon[0]}" --version 2>/dev/null | head -n1 || echo 'version unknown'))"
 
 summary=()
 # run_case NAME EXPECT CMD...   EXPECT: pass | fail-ls (guest must fail the big-directory checks and nothing else)
 # CASE_INITRAMFS=FILE: boot that initramfs instead (its own guest script); then CASE_HOST=0 skips
-# host-fs-test.sh (the guest gets an empty share and the host verifies nothing).
+# host-fs-test.sh (the guest gets an empty share and the host verifies nothing), unless
+# CASE_PREPARE / CASE_VERIFY name commands to run with the shared dir as last argument before
+# the boot / after a guest PASS (a failing CASE_VERIFY fails the case).
 run_case() {
   local name=$1 expect=$2; shift 2
   local dir=$work/cases/$name logs=$logroot/$name rc=0 t1 t2 t3 t4 prep verify_rc=0 verdict
   local initramfs=${CASE_INITRAMFS:-$work/initramfs.cpio.gz} host=${CASE_HOST:-1}
+  if [ -n "${E2E_CASES:-}" ] && [[ " $E2E_CASES " != *" $name "* ]]; then return 0; fi
   mkdir -p "$dir" "$logs"
   log "=== case $name: $* (expect $expect)"
   t1=$(now)
   if [ "$host" = 1 ]; then "$here/host-fs-test.sh" prepare "$dir/shared"; else mkdir -p "$dir/shared"; fi
+  # shellcheck disable=SC2086 # word splitting of CASE_PREPARE is the interface
+  [ -z "${CASE_PREPARE:-}" ] || ${CASE_PREPARE} "$dir/shared"
   t2=$(now)
   prep=$(elapsed "$t1" "$t2")
   # In the background + `wait`, so that a SIGTERM/SIGINT to this script is handled at once
@@ -127,7 +142,12 @@ run_case() {
   t3=$(now)
   case "$expect" in
     pass)
-      if [ "$rc" = PASS ] && [ "$host" != 1 ]; then
+      if [ "$rc" = PASS ] && [ "$host" != 1 ] && [ -n "${CASE_VERIFY:-}" ]; then
+        # shellcheck disable=SC2086 # word splitting of CASE_VERIFY is the interface
+        ${CASE_VERIFY} "$dir/shared" > "$logs/host-verify.out" 2>&1 || verify_rc=$?
+        grep '^FAIL' "$logs/host-verify.out" || true
+        if [ "$verify_rc" -eq 0 ]; then verdict=PASS; else verdict="FAIL(host verify: $verify_rc failed)"; fi
+      elif [ "$rc" = PASS ] && [ "$host" != 1 ]; then
         verdict=PASS
       elif [ "$rc" = PASS ]; then
         "$here/host-fs-test.sh" verify "$dir/shared" > "$logs/host-verify.out" || verify_rc=$?
@@ -163,6 +183,20 @@ else
   summary+=("posix: FAIL(posix-probe.c did not build)")
   failed=$((failed + 1))
 fi
+# mmap of files opened for direct I/O (--cache=never): shared mappings only with --allow-mmap
+# (FUSE_DIRECT_IO_ALLOW_MMAP; the guest refuses them with ENODEV without), private ones either
+# way; both read the host's data, and a store through a shared mapping reaches the host file.
+for m in allow deny; do
+  if [ -z "$mmap_initramfs" ]; then
+    summary+=("mmap-$m: FAIL(mmap-probe.c did not build)")
+    failed=$((failed + 1))
+    continue
+  fi
+  mmap_args=(--cache=never)
+  [ "$m" = deny ] || mmap_args+=(--allow-mmap)
+  CASE_INITRAMFS=$mmap_initramfs CASE_HOST=0 CASE_PREPARE="$work/mmap-probe --make $m" \
+    CASE_VERIFY="$work/mmap-probe --verify $m" run_case "mmap-$m" pass "${daemon[@]}" "${mmap_args[@]}"
+done
 # Multi-queue: the guest spreads requests over 2 request queues (2 vCPUs); virtiofsd serves 1.
 if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
   E2E_QUEUES=2 run_case prefer-2-queues pass "${daemon[@]}"
@@ -191,7 +225,8 @@ run_submounts() {
     [[ "$line" == *": PASS"* ]] || failed=$((failed + 1))
   done < "$sf"
 }
-if [ "$(basename "${daemon[0]}")" = vhostfs ] && [ "${E2E_SUBMOUNTS:-1}" = 1 ]; then
+if [ "$(basename "${daemon[0]}")" = vhostfs ] && [ "${E2E_SUBMOUNTS:-1}" = 1 ] \
+  && { [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" submounts "* ]]; }; then
   run_submounts
 fi
 if [ "${E2E_NEGATIVE:-0}" = 1 ]; then
