@@ -80,16 +80,13 @@ fn open_and_read(s: &Session, name: &str, flags: u32) -> (bool, bool) {
     (noatime, kept)
 }
 
-#[test]
-fn o_noatime_is_cleared_by_default() {
-    let s = Session::start(&[]);
-    // Cleared: the host fd lacks it, and the read updates the atime (relatime: atime < mtime).
-    assert_eq!(open_and_read(&s, "a", RDONLY | NOATIME), (false, false));
+/// CREATE `new` and OPENDIR a new `d` with O_NOATIME; whether the host fd of each kept it.
+fn create_and_opendir_with_noatime(s: &Session) -> (bool, bool) {
     let (e, o) = s
         .client
         .create(ROOT, "new", 0o644, RDWR | NOATIME, 0)
         .expect("CREATE");
-    assert!(!host_noatime(&s, "new"));
+    let created = host_noatime(s, "new");
     s.client.release(e.nodeid, o.fh, RDWR).unwrap();
     fs::create_dir(s.shared.join("d")).unwrap();
     let d = s.client.lookup(ROOT, "d").unwrap();
@@ -97,8 +94,17 @@ fn o_noatime_is_cleared_by_default() {
         .client
         .opendir(d.nodeid, RDONLY | NOATIME)
         .expect("OPENDIR");
-    assert!(!host_noatime(&s, "d"));
+    let opened = host_noatime(s, "d");
     s.client.releasedir(d.nodeid, dh.fh).unwrap();
+    (created, opened)
+}
+
+#[test]
+fn o_noatime_is_cleared_by_default() {
+    let s = Session::start(&[]);
+    // Cleared: the host fd lacks it, and the read updates the atime (relatime: atime < mtime).
+    assert_eq!(open_and_read(&s, "a", RDONLY | NOATIME), (false, false));
+    assert_eq!(create_and_opendir_with_noatime(&s), (false, false));
 }
 
 #[test]
@@ -107,20 +113,7 @@ fn preserve_noatime_keeps_it() {
     assert_eq!(open_and_read(&s, "a", RDONLY | NOATIME), (true, true));
     // Only when the guest asked for it.
     assert_eq!(open_and_read(&s, "b", RDONLY), (false, false));
-    let (e, o) = s
-        .client
-        .create(ROOT, "new", 0o644, RDWR | NOATIME, 0)
-        .expect("CREATE");
-    assert!(host_noatime(&s, "new"));
-    s.client.release(e.nodeid, o.fh, RDWR).unwrap();
-    fs::create_dir(s.shared.join("d")).unwrap();
-    let d = s.client.lookup(ROOT, "d").unwrap();
-    let dh = s
-        .client
-        .opendir(d.nodeid, RDONLY | NOATIME)
-        .expect("OPENDIR");
-    assert!(host_noatime(&s, "d"));
-    s.client.releasedir(d.nodeid, dh.fh).unwrap();
+    assert_eq!(create_and_opendir_with_noatime(&s), (true, true));
 }
 
 /// Why it is cleared by default: without CAP_FOWNER the host refuses O_NOATIME on a file the

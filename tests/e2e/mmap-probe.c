@@ -31,24 +31,7 @@
 #define MARK_AT (4096 + 10)
 static const char MARK[] = "written through a shared mapping";
 
-static int failed;
-
-static void __attribute__((format(printf, 3, 4))) result(int ok, const char *name,
-							 const char *fmt, ...)
-{
-	if (ok) {
-		printf("PASS: %s\n", name);
-	} else {
-		va_list ap;
-		failed++;
-		printf("FAIL: %s (", name);
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-		printf(")\n");
-	}
-	fflush(stdout);
-}
+#include "probe.h"
 
 static unsigned char pattern(size_t i)
 {

@@ -34,26 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failed, passed;
-
-/* One check: "PASS: name", or "FAIL: name (details)". */
-static void __attribute__((format(printf, 3, 4))) result(int ok, const char *name,
-							 const char *fmt, ...)
-{
-	if (ok) {
-		passed++;
-		printf("PASS: %s\n", name);
-	} else {
-		va_list ap;
-		failed++;
-		printf("FAIL: %s (", name);
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-		printf(")\n");
-	}
-	fflush(stdout);
-}
+#include "probe.h"
 
 static void drop_caches(void)
 {

@@ -88,22 +88,19 @@ trap 'exit 130' INT TERM
 
 t0=$(now)
 "$here/mkinitramfs.sh" "$work/initramfs.cpio.gz" >/dev/null
-# The POSIX probe's initramfs: posix-probe.c built static for the busybox guest.
-probe_initramfs=''
-if gcc -O2 -static -Wall -o "$work/posix-probe" "$here/posix-probe.c" \
-  && "$here/mkinitramfs.sh" --extra-bin "$work/posix-probe" "$work/posix.cpio.gz" "$here/guest-posix-test.sh" >/dev/null; then
-  probe_initramfs=$work/posix.cpio.gz
-else
-  log "cannot build tests/e2e/posix-probe.c (gcc -static, libc6-dev): the posix case fails"
-fi
-# The mmap probe's: mmap-probe.c, which also prepares and verifies the share on the host.
-mmap_initramfs=''
-if gcc -O2 -static -Wall -o "$work/mmap-probe" "$here/mmap-probe.c" \
-  && "$here/mkinitramfs.sh" --extra-bin "$work/mmap-probe" "$work/mmap.cpio.gz" "$here/guest-mmap-test.sh" >/dev/null; then
-  mmap_initramfs=$work/mmap.cpio.gz
-else
-  log "cannot build tests/e2e/mmap-probe.c (gcc -static, libc6-dev): the mmap cases fail"
-fi
+# build_probe NAME CASES: NAME-probe.c built static for the busybox guest, in an initramfs
+# of its own with guest-NAME-test.sh; prints its path (nothing if it cannot be built: CASES fail).
+build_probe() {
+  if gcc -O2 -static -Wall -o "$work/$1-probe" "$here/$1-probe.c" \
+    && "$here/mkinitramfs.sh" --extra-bin "$work/$1-probe" "$work/$1.cpio.gz" "$here/guest-$1-test.sh" >/dev/null; then
+    echo "$work/$1.cpio.gz"
+  else
+    log "cannot build tests/e2e/$1-probe.c (gcc -static, libc6-dev): the $2 fail" >&2
+  fi
+}
+probe_initramfs=$(build_probe posix "posix case")
+# mmap-probe.c also prepares and verifies the share on the host.
+mmap_initramfs=$(build_probe mmap "mmap cases")
 log "initramfs built in $(elapsed "$t0" "$(now)") s"
 log "daemon: ${daemon[*]} ($("${daemon[0]}" --version 2>/dev/null | head -n1 || echo 'version unknown'))"
 
