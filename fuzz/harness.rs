@@ -271,6 +271,7 @@ impl Harness {
             xattr: true,
             announce_submounts: false,
             fd_budget: FD_BUDGET,
+            xattrmap: None,
             fd_cache_size: vhostfs::passthrough::fd_cache::DEFAULT_SIZE,
         })
         .unwrap();

@@ -18,6 +18,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use crate::fuse_server::Negotiation;
+use crate::passthrough::xattr_map::XattrMap;
 pub use crate::passthrough::InodeFileHandles;
 use crate::sandbox::{IdMap, LandlockMode, ModCaps, SandboxConfig, SandboxMode, SeccompMode};
 
@@ -154,8 +155,10 @@ pub struct Config {
     /// `--readonly`.
     pub readonly: bool,
     /// `--xattr`, `-o xattr` / `-o no_xattr` (default off); on whenever `posix_acl` is not
-    /// `Never`, as in virtiofsd.
+    /// `Never` or `xattrmap` is set, as in virtiofsd.
     pub xattr: bool,
+    /// `--xattrmap`, `-o xattrmap=` (the `-o` form wins, as every `-o` form does).
+    pub xattrmap: Option<XattrMap>,
     /// `--posix-acl[=never|auto|always]`, `-o posix_acl` / `-o no_posix_acl` (default `Never`).
     pub posix_acl: Negotiation,
     /// `--allow-direct-io`, `-o allow_direct_io` / `-o no_allow_direct_io`: keep the guest's
@@ -257,7 +260,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
             found.push(spelling.to_string());
         }
     };
-    check(eff.xattrmap.value, &eff.xattrmap.spelling);
     check(eff.writeback.value, &eff.writeback.spelling);
     check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
     check(
@@ -413,6 +415,13 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
     }
 
     let posix_acl = eff.posix_acl.parse().map_err(CliError::new)?;
+    let xattrmap = match &eff.xattrmap {
+        Some((map, spelling)) => Some(
+            map.parse::<XattrMap>()
+                .map_err(|e| CliError::new(format!("invalid value for '{spelling}': {e}")))?,
+        ),
+        None => None,
+    };
     Ok(Action::Run(Box::new(Config {
         socket,
         socket_group: opt.socket_group,
@@ -425,7 +434,8 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         rlimit_nofile: opt.rlimit_nofile,
         fd_cache_size: opt.fd_cache_size,
         readonly: opt.readonly,
-        xattr: eff.xattr || posix_acl != Negotiation::Never,
+        xattr: eff.xattr || posix_acl != Negotiation::Never || xattrmap.is_some(),
+        xattrmap,
         posix_acl,
         allow_direct_io: eff.allow_direct_io,
         readdirplus: eff.readdirplus && eff.cache != CacheMode::Never,

@@ -164,6 +164,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         keep_cache: cfg.cache == crate::cli::CacheMode::Always,
         readonly: cfg.readonly,
         xattr: cfg.xattr,
+        xattrmap: cfg.xattrmap.clone(),
         announce_submounts: cfg.announce_submounts,
         fd_budget: budget,
         fd_cache_size: cfg.fd_cache_size,

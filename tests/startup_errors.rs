@@ -159,6 +159,26 @@ fn unknown_option() {
 }
 
 #[test]
+fn bad_xattrmap() {
+    let d = Dirs::new();
+    for (map, needles) in [
+        (
+            ":prefix:all::user.x.",
+            &["--xattrmap", "rule 1", "incomplete"][..],
+        ),
+        (
+            ":ok:all::: :nope:all:::",
+            &["--xattrmap", "rule 2", "'nope'"],
+        ),
+        ("/ok/anywhere///", &["--xattrmap", "'anywhere'"]),
+        (":map::a.::ok:all:::", &["--xattrmap", "'map'", "last"]),
+    ] {
+        assert_one_line_error(&d.args(&[&format!("--xattrmap={map}")]), needles);
+    }
+    d.assert_no_socket();
+}
+
+#[test]
 fn writeback_not_supported_yet() {
     let d = Dirs::new();
     assert_one_line_error(

@@ -37,7 +37,8 @@ pub(super) struct Effective {
     pub(super) posix_acl: String,
     pub(super) security_label: Tracked<String>,
     pub(super) sandbox: Tracked<String>,
-    pub(super) xattrmap: Tracked<bool>,
+    /// The map and how it was given (`--xattrmap` or `-o xattrmap=...`).
+    pub(super) xattrmap: Option<(String, String)>,
     pub(super) modcaps: Option<ModCaps>,
 }
 
@@ -58,7 +59,7 @@ impl Effective {
             posix_acl: opt.posix_acl.clone(),
             security_label: valued(&opt.security_label, "security-label"),
             sandbox: valued(&opt.sandbox, "sandbox"),
-            xattrmap: flag(opt.xattrmap.is_some(), "xattrmap"),
+            xattrmap: opt.xattrmap.clone().map(|m| (m, "--xattrmap".to_string())),
             modcaps: opt.modcaps.clone(),
         }
     }
@@ -94,7 +95,7 @@ impl Effective {
                     self.sandbox.set(value.to_string(), &spelling)
                 }
                 "sandbox" => return Err(invalid_value(key, value)),
-                "xattrmap" => self.xattrmap.set(true, &spelling),
+                "xattrmap" => self.xattrmap = Some((value.to_string(), "-o xattrmap".to_string())),
                 "modcaps" => {
                     self.modcaps = Some(value.parse().map_err(|e| {
                         CliError::new(format!(

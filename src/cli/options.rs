@@ -110,8 +110,8 @@ pub(super) struct Opt {
           num_args = 0..=1, value_name = "never|auto|always", value_parser = one_of(Negotiation::VALUES, false))]
     pub(super) posix_acl: String,
 
-    /// Add custom rules for translating extended attributes between host and guest
-    /// [not supported yet]
+    /// Add custom rules for translating extended attributes between host and guest (e.g.
+    /// ':map::user.virtiofs.:'; implies --xattr)
     #[arg(long)]
     pub(super) xattrmap: Option<String>,
 

@@ -53,6 +53,7 @@ fn defaults_match_virtiofsd() {
             fd_cache_size: 960,
             readonly: false,
             xattr: false,
+            xattrmap: None,
             posix_acl: Negotiation::Never,
             allow_direct_io: false,
             readdirplus: true,
@@ -274,7 +275,6 @@ fn unsupported_options_are_rejected() {
         (&["--security-label"][..], "--security-label=always"),
         (&["--killpriv-v2"], "--killpriv-v2"),
         (&["--no-killpriv-v2", "--killpriv-v2"], "--killpriv-v2"),
-        (&["--xattrmap=:map::user.virtiofs.:"], "--xattrmap"),
         (&["--translate-uid=guest:0:1000:1"], "--translate-uid"),
         (&["--translate-gid=map:0:1000:1"], "--translate-gid"),
         (&["--writeback"], "--writeback"),
@@ -291,10 +291,6 @@ fn unsupported_options_are_rejected() {
         (&["-o", "writeback"], "-o writeback"),
         (&["-o", "killpriv_v2"], "-o killpriv_v2"),
         (&["-o", "security_label"], "-o security_label"),
-        (
-            &["-o", "xattrmap=:map::user.virtiofs.:"],
-            "-o xattrmap=:map::user.virtiofs.:",
-        ),
     ] {
         assert_eq!(
             fail(args),

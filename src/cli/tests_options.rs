@@ -1,5 +1,6 @@
 //! The options that change what the guest is offered or how files are opened, and where the
-//! socket goes: `--no-readdirplus`, `--preserve-noatime`, `--allow-mmap`, `--socket-group`.
+//! socket goes: `--no-readdirplus`, `--preserve-noatime`, `--allow-mmap`, `--socket-group`,
+//! `--xattrmap`.
 
 use super::tests::run;
 use super::*;
@@ -69,4 +70,41 @@ fn socket_group() {
     let err = parse(&["--fd=0", "--socket-group=kvm"]).unwrap_err();
     assert!(err.message().contains("cannot be used with"), "{err}");
     assert!(err.message().contains("--socket-group"), "{err}");
+}
+
+#[test]
+fn xattrmap_forms() {
+    let docker = ":prefix:all::user.docker.desktop.::bad:all:::";
+    for args in [
+        &["--xattrmap", docker][..],
+        &[
+            "-o",
+            "xattrmap=:prefix:all::user.docker.desktop.::bad:all:::",
+        ],
+        // The -o form applies after the long option, as every -o form does.
+        &[
+            "--xattrmap=:ok:all:::",
+            "-o",
+            "xattrmap=:map::user.docker.desktop.:",
+        ],
+    ] {
+        let config = run(args);
+        // --xattrmap implies --xattr, as in virtiofsd.
+        assert!(config.xattr, "{args:?}");
+        assert_eq!(config.xattrmap, Some(docker.parse().unwrap()), "{args:?}");
+    }
+    assert!(run(&["--xattrmap=:ok:all:::", "-o", "no_xattr"]).xattr);
+    assert_eq!(run(&["--xattr"]).xattrmap, None);
+    assert_eq!(
+        super::tests::fail(&["--xattrmap=:prefix:client:hi"]),
+        "invalid value for '--xattrmap': rule 1: incomplete rule (each field must end with ':')"
+    );
+    assert_eq!(
+        super::tests::fail(&["-o", "xattrmap=/bad/everywhere///"]),
+        "invalid value for '-o xattrmap': rule 1: unknown scope 'everywhere' (expected client, server or all)"
+    );
+    assert_eq!(
+        super::tests::fail(&["--xattrmap= "]),
+        "invalid value for '--xattrmap': no rules"
+    );
 }

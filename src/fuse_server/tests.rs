@@ -44,6 +44,7 @@ pub(super) fn server() -> (FuseServer, TempDir) {
         xattr: false,
         announce_submounts: false,
         fd_budget: 1000,
+        xattrmap: None,
         fd_cache_size: crate::passthrough::fd_cache::DEFAULT_SIZE,
     })
     .unwrap();

@@ -24,6 +24,7 @@ mod files;
 mod handle_table;
 mod inode_table;
 pub(crate) mod sys;
+pub mod xattr_map;
 mod xattrs;
 
 use std::collections::HashSet;
@@ -128,6 +129,8 @@ pub struct FsConfig {
     pub keep_cache: bool,
     pub readonly: bool,
     pub xattr: bool,
+    /// `--xattrmap`: how xattr names are translated between guest and host.
+    pub xattrmap: Option<xattr_map::XattrMap>,
     pub announce_submounts: bool,
     /// How many fds the guest may make us hold (opened files, dirs, O_PATH inodes).
     pub fd_budget: usize,

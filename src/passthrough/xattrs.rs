@@ -3,16 +3,23 @@
 //! The xattr syscalls have no *at() form that takes an O_PATH fd, so regular files and
 //! directories are opened read-only for the call; other inode types (symlinks, devices, FIFOs,
 //! sockets), where opening could block or have side effects, get EOPNOTSUPP.
+//!
+//! With `--xattrmap`, names from the guest are translated (or refused) before the call, and
+//! the names LISTXATTR returns are translated (or hidden) after it; see [`super::xattr_map`].
 
+use std::borrow::Cow;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::sys::xattr;
+use super::xattr_map::HostName;
 use super::{err, Context, PassthroughFs, XattrReply};
 
 /// Largest value or list the guest can receive (XATTR_SIZE_MAX).
 const XATTR_SIZE_MAX: u32 = 64 * 1024;
+/// How often a mapped LISTXATTR re-reads a list that grew between its size and its read.
+const LIST_TRIES: usize = 4;
 
 impl PassthroughFs {
     fn xattr_fd(&self, nodeid: u64) -> io::Result<OwnedFd> {
@@ -28,6 +35,35 @@ impl PassthroughFs {
             self.proc_self_fd.as_fd(),
             libc::O_RDONLY | libc::O_NONBLOCK,
         )
+    }
+
+    /// The host name of a guest name; `bad` is `refused` (EPERM, or ENODATA for GETXATTR as
+    /// in virtiofsd), `unsupported` is EOPNOTSUPP.
+    fn host_name<'a>(&self, name: &'a CStr, refused: i32) -> io::Result<Cow<'a, CStr>> {
+        match &self.cfg.xattrmap {
+            None => Ok(Cow::Borrowed(name)),
+            Some(map) => match map.to_host(name) {
+                HostName::Name(n) => Ok(n),
+                HostName::Bad => Err(err(refused)),
+                HostName::Unsupported => Err(err(libc::EOPNOTSUPP)),
+            },
+        }
+    }
+
+    /// The whole host list of names of `fd`.
+    fn host_list(fd: BorrowedFd) -> io::Result<Vec<u8>> {
+        for _ in 0..LIST_TRIES {
+            let mut buf = vec![0u8; xattr::flistxattr(fd, None)?];
+            match xattr::flistxattr(fd, Some(&mut buf)) {
+                Ok(n) => {
+                    buf.truncate(n);
+                    return Ok(buf);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(err(libc::ERANGE))
     }
 
     /// Shared by GETXATTR and LISTXATTR: `call(buffer)` is the syscall (`None`: the size).
@@ -51,13 +87,25 @@ impl PassthroughFs {
         name: &CStr,
         size: u32,
     ) -> io::Result<XattrReply> {
+        let name = self.host_name(name, libc::ENODATA)?;
         let fd = self.xattr_fd(nodeid)?;
-        Self::xattr_read(size, |buf| xattr::fgetxattr(fd.as_fd(), name, buf))
+        Self::xattr_read(size, |buf| xattr::fgetxattr(fd.as_fd(), &name, buf))
     }
 
     pub fn listxattr(&self, _ctx: &Context, nodeid: u64, size: u32) -> io::Result<XattrReply> {
         let fd = self.xattr_fd(nodeid)?;
-        Self::xattr_read(size, |buf| xattr::flistxattr(fd.as_fd(), buf))
+        let Some(map) = &self.cfg.xattrmap else {
+            return Self::xattr_read(size, |buf| xattr::flistxattr(fd.as_fd(), buf));
+        };
+        // The guest sizes its buffer by the mapped list, so even a size query reads it all.
+        let list = map.list_to_guest(&Self::host_list(fd.as_fd())?);
+        if size == 0 {
+            Ok(XattrReply::Size(list.len() as u32))
+        } else if list.len() > size as usize {
+            Err(err(libc::ERANGE))
+        } else {
+            Ok(XattrReply::Data(list))
+        }
     }
 
     pub fn setxattr(
@@ -68,14 +116,16 @@ impl PassthroughFs {
         value: &[u8],
         flags: u32,
     ) -> io::Result<()> {
+        let name = self.host_name(name, libc::EPERM)?;
         let fd = self.xattr_fd(nodeid)?;
         self.check_writable()?;
-        xattr::fsetxattr(fd.as_fd(), name, value, flags as i32)
+        xattr::fsetxattr(fd.as_fd(), &name, value, flags as i32)
     }
 
     pub fn removexattr(&self, _ctx: &Context, nodeid: u64, name: &CStr) -> io::Result<()> {
+        let name = self.host_name(name, libc::EPERM)?;
         let fd = self.xattr_fd(nodeid)?;
         self.check_writable()?;
-        xattr::fremovexattr(fd.as_fd(), name)
+        xattr::fremovexattr(fd.as_fd(), &name)
     }
 }
