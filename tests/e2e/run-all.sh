@@ -99,8 +99,9 @@ build_probe() {
   fi
 }
 probe_initramfs=$(build_probe posix "posix case")
-# mmap-probe.c also prepares and verifies the share on the host.
+# mmap-probe.c and xattr-probe.c also prepare and verify the share on the host.
 mmap_initramfs=$(build_probe mmap "mmap cases")
+xattr_initramfs=$(build_probe xattr "xattrmap case")
 log "initramfs built in $(elapsed "$t0" "$(now)") s"
 log "daemon: ${daemon[*]} ($("${daemon[0]}" --version 2>/dev/null | head -n1 || echo 'version unknown'))"
 
@@ -194,6 +195,16 @@ for m in allow deny; do
   CASE_INITRAMFS=$mmap_initramfs CASE_HOST=0 CASE_PREPARE="$work/mmap-probe --make $m" \
     CASE_VERIFY="$work/mmap-probe --verify $m" run_case "mmap-$m" pass "${daemon[@]}" "${mmap_args[@]}"
 done
+# --xattrmap with Docker Desktop's map: guest names live under user.docker.desktop. on the host,
+# host names outside it are hidden from the guest.
+if [ -n "$xattr_initramfs" ]; then
+  CASE_INITRAMFS=$xattr_initramfs CASE_HOST=0 CASE_PREPARE="$work/xattr-probe --make" \
+    CASE_VERIFY="$work/xattr-probe --verify" run_case xattrmap pass "${daemon[@]}" \
+    --xattr '--xattrmap=:prefix:all::user.docker.desktop.::bad:all:::'
+else
+  summary+=("xattrmap: FAIL(xattr-probe.c did not build)")
+  failed=$((failed + 1))
+fi
 # Multi-queue: the guest spreads requests over 2 request queues (2 vCPUs); virtiofsd serves 1.
 if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
   E2E_QUEUES=2 run_case prefer-2-queues pass "${daemon[@]}"
