@@ -15,7 +15,7 @@ use super::sys;
 use super::{
     check_name, err, Attr, Context, Entry, InodeFileHandles, PassthroughFs, FUSE_ATTR_SUBMOUNT,
 };
-use crate::sync::lock;
+use crate::sync::{read, write};
 
 const FATTR_MODE: u32 = 1 << 0;
 const FATTR_UID: u32 = 1 << 1;
@@ -87,7 +87,10 @@ impl PassthroughFs {
     }
 
     /// How a newly seen inode (of type `kind`, on mount `mnt_id`, found as `name`) will be
-    /// reached: its handle (and then `fd` is given back, for the fd cache), or `fd` itself.
+    /// reached: its handle (and then `fd` is given back, for the fd cache), or `fd` itself. A
+    /// mount found to have no handles is not asked again (one failing syscall per mount, not
+    /// per inode). A sub-filesystem without handles under `mandatory`: the lookup fails, the
+    /// daemon goes on.
     fn source_for(
         &self,
         fd: OwnedFd,
@@ -95,66 +98,56 @@ impl PassthroughFs {
         mnt_id: u64,
         name: &CStr,
     ) -> io::Result<(InodeSource, Option<OwnedFd>)> {
-        if self.use_handles {
-            let handle = FileHandle::from_fd(fd.as_fd(), c"")?
-                .ok_or_else(|| err(libc::EOPNOTSUPP))
-                .and_then(|h| {
-                    let new = self.mounts.ensure(
-                        h.mnt_id,
-                        fd.as_fd(),
-                        kind,
-                        self.proc_self_fd.as_fd(),
-                    )?;
-                    if new {
-                        log::debug!(
-                            "{:?} (mount ID {}, {}) is served through file handles",
-                            name,
-                            h.mnt_id,
-                            sys::fs_type(fd.as_fd())
-                        );
-                    }
-                    Ok(h)
-                });
-            match handle {
-                Ok(h) => return Ok((InodeSource::Handle(h), Some(fd))),
-                Err(e) => {
-                    let mandatory = self.cfg.inode_file_handles == InodeFileHandles::Mandatory;
-                    self.no_handles_seen(mnt_id, name, fd.as_fd(), &e, mandatory);
-                    // A sub-filesystem without handles: the lookup fails, the daemon goes on.
-                    if mandatory {
-                        return Err(e);
+        let mandatory = self.cfg.inode_file_handles == InodeFileHandles::Mandatory;
+        if self.use_handles && !read(&self.no_handles).contains(&mnt_id) {
+            match FileHandle::from_fd(fd.as_fd(), c"")? {
+                Some(h) => {
+                    match self
+                        .mounts
+                        .ensure(h.mnt_id, fd.as_fd(), kind, self.proc_self_fd.as_fd())
+                    {
+                        Ok(new) => {
+                            if new {
+                                log::debug!(
+                                    "{name:?} (mount ID {}, {}) is served through file handles",
+                                    h.mnt_id,
+                                    sys::fs_type(fd.as_fd())
+                                );
+                            }
+                            return Ok((InodeSource::Handle(h), Some(fd)));
+                        }
+                        Err(e) if mandatory => return Err(e),
+                        // No mount fd yet and this inode cannot give one (not a directory or
+                        // regular file): an O_PATH fd for this inode only.
+                        Err(_) => {}
                     }
                 }
+                None => self.no_handles_seen(mnt_id, name, fd.as_fd(), mandatory),
             }
+        }
+        if self.use_handles && mandatory {
+            return Err(err(libc::EOPNOTSUPP));
         }
         let token = self.take_token()?;
         Ok((InodeSource::Fd { fd, _token: token }, None))
     }
 
-    /// Says once per mount what happens to a filesystem below the share without file handles
-    /// (`e`): served through O_PATH fds (debug), or refused under `mandatory` (a warning).
-    fn no_handles_seen(
-        &self,
-        mnt_id: u64,
-        name: &CStr,
-        fd: BorrowedFd,
-        e: &io::Error,
-        mandatory: bool,
-    ) {
-        if !lock(&self.no_handles).insert(mnt_id) {
+    /// Remembers a mount below the share without file handles and says once what happens to
+    /// it: served through O_PATH fds (debug), or refused under `mandatory` (a warning).
+    fn no_handles_seen(&self, mnt_id: u64, name: &CStr, fd: BorrowedFd, mandatory: bool) {
+        if !write(&self.no_handles).insert(mnt_id) {
             return;
         }
         let fs = sys::fs_type(fd);
         if mandatory {
             log::warn!(
-                "{name:?} (mount ID {mnt_id}, {fs}) has no file handles ({e}): with \
-                 --inode-file-handles=mandatory lookups there fail with that error; the rest of \
+                "{name:?} (mount ID {mnt_id}, {fs}) has no file handles: with \
+                 --inode-file-handles=mandatory lookups there fail with EOPNOTSUPP; the rest of \
                  the share is served"
             );
         } else {
             log::debug!(
-                "{name:?} (mount ID {mnt_id}, {fs}) has no file handles ({e}): served through \
-                 O_PATH fds"
+                "{name:?} (mount ID {mnt_id}, {fs}) has no file handles: served through O_PATH fds"
             );
         }
     }

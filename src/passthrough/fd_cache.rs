@@ -211,7 +211,11 @@ impl FdCache {
             }
         };
         drop(dropped);
-        if self.shared.reaper_idle.swap(false, Ordering::AcqRel) {
+        // A plain load first: the swap (a write to a line every queue thread shares) only
+        // when the reaper really sleeps.
+        if self.shared.reaper_idle.load(Ordering::Acquire)
+            && self.shared.reaper_idle.swap(false, Ordering::AcqRel)
+        {
             if let Some(Some(t)) = self.reaper.get() {
                 t.unpark();
             }

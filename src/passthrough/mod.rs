@@ -31,7 +31,7 @@ use std::collections::HashSet;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use self::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
@@ -157,9 +157,10 @@ pub struct PassthroughFs {
     budget: Arc<FdBudget>,
     /// `/proc/self/fd`, opened before any sandboxing, to re-open O_PATH fds.
     proc_self_fd: OwnedFd,
-    /// Mount IDs below the share found to have no file handles, each logged once (written
-    /// only on a lookup that meets a new one).
-    no_handles: Mutex<HashSet<u64>>,
+    /// Mount IDs below the share found to have no file handles: their new inodes get O_PATH
+    /// fds without asking again; each is logged once. Written only on a lookup that meets a
+    /// new one.
+    no_handles: RwLock<HashSet<u64>>,
 }
 
 fn err(errno: i32) -> io::Error {
@@ -256,7 +257,7 @@ impl PassthroughFs {
             fd_cache,
             budget,
             proc_self_fd,
-            no_handles: Mutex::default(),
+            no_handles: RwLock::default(),
         })
     }
 
