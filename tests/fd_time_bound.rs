@@ -6,33 +6,10 @@
 mod common;
 
 use std::fs;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::fuse_abi::*;
-use common::{Daemon, Session, TempDir};
-
-/// A tmpfs of its own, so its free space measures what the daemon pins.
-struct Tmpfs(TempDir);
-
-impl Tmpfs {
-    fn new(size: &str) -> Tmpfs {
-        let dir = TempDir::new("fd-bound-tmpfs").unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "vhostfs-test"])
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(ok.success(), "mount tmpfs");
-        Tmpfs(dir)
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
-    }
-}
+use common::{Daemon, Mount, Session, TempDir};
 
 fn free_bytes(path: &std::path::Path) -> u64 {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
@@ -56,8 +33,9 @@ fn deleted_fds(daemon: &Daemon) -> Vec<String> {
 const BIG: u64 = 256 << 20;
 
 fn host_delete_frees_the_space(mode: &str) {
-    let fs_ = Tmpfs::new("512m");
-    let shared = TempDir::new_in(fs_.0.path(), "share").unwrap();
+    // A tmpfs of its own, so its free space measures what the daemon pins.
+    let fs_ = Mount::tmpfs("size=512m");
+    let shared = TempDir::new_in(fs_.path(), "share").unwrap();
     let big = shared.join("big");
     let f = fs::File::create(&big).unwrap();
     f.set_len(BIG).unwrap();
@@ -71,10 +49,10 @@ fn host_delete_frees_the_space(mode: &str) {
     let s = Session::start_on_share(shared, &[&format!("--inode-file-handles={mode}")]);
     let e = s.client.lookup(FUSE_ROOT_ID, "big").unwrap();
     assert_eq!(s.client.getattr(e.nodeid, None).unwrap().attr.size, BIG);
-    let full = free_bytes(fs_.0.path());
+    let full = free_bytes(fs_.path());
     fs::remove_file(&big).unwrap();
     let start = Instant::now();
-    while free_bytes(fs_.0.path()) < full + BIG / 2 {
+    while free_bytes(fs_.path()) < full + BIG / 2 {
         assert!(
             start.elapsed() < Duration::from_secs(2),
             "{mode}: the host's rm gave no space back within 2 s (deleted fds: {:?})",

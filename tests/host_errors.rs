@@ -15,74 +15,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use common::fuse_abi::*;
-use common::{Session, TempDir};
+use common::{Mount, Session};
 
 const KIB: usize = 1 << 10;
 const HANDLE_MODES: [&str; 2] = ["--inode-file-handles=never", "--inode-file-handles=prefer"];
-
-/// A tmpfs mounted on a fresh directory, unmounted (lazily) on drop.
-struct Tmpfs {
-    dir: TempDir,
-}
-
-impl Tmpfs {
-    fn mount(options: &str) -> Tmpfs {
-        let dir = TempDir::new("host-errors-tmpfs").unwrap();
-        mount(c"tmpfs", dir.path(), Some(c"tmpfs"), 0, options);
-        Tmpfs { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// `mount -o remount,ro`: the superblock becomes read-only, in every mount namespace.
-    fn remount_ro(&self) {
-        mount(
-            c"tmpfs",
-            self.path(),
-            None,
-            libc::MS_REMOUNT | libc::MS_RDONLY,
-            "",
-        );
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let target = CString::new(self.dir.path().as_os_str().as_bytes()).unwrap();
-        // SAFETY: a valid C string.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
-fn mount(
-    source: &std::ffi::CStr,
-    target: &Path,
-    fstype: Option<&std::ffi::CStr>,
-    flags: u64,
-    options: &str,
-) {
-    let target_c = CString::new(target.as_os_str().as_bytes()).unwrap();
-    let options = CString::new(options).unwrap();
-    // SAFETY: valid C strings (or null for the file system type of a remount).
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target_c.as_ptr(),
-            fstype.map_or(std::ptr::null(), |t| t.as_ptr()),
-            flags,
-            options.as_ptr().cast(),
-        )
-    };
-    assert_eq!(
-        rc,
-        0,
-        "mount {}: {}",
-        target.display(),
-        std::io::Error::last_os_error()
-    );
-}
 
 /// WRITEs of 64 KiB at increasing offsets until one fails; returns the bytes written and the
 /// error.
@@ -100,7 +36,7 @@ fn write_until_error(c: &common::FuseClient, nodeid: u64, fh: u64) -> (usize, i3
 
 #[test]
 fn full_tmpfs_gives_enospc_and_space_freed_on_the_host_is_usable_again() {
-    let fs = Tmpfs::mount("size=1m,mode=0755");
+    let fs = Mount::tmpfs("size=1m,mode=0755");
     let mut s = Session::start_in(fs.path(), &[]);
     let c = &s.client;
     let (e, o) = c.create(ROOT, "big", 0o644, RDWR, 0).unwrap();
@@ -158,7 +94,7 @@ fn half_meg(c: &common::FuseClient, name: &str) -> u64 {
 
 #[test]
 fn deleted_files_give_their_space_back_while_the_guest_holds_their_nodes() {
-    let fs = Tmpfs::mount("size=4m,mode=0755");
+    let fs = Mount::tmpfs("size=4m,mode=0755");
     let mut s = Session::start_in(fs.path(), &["--inode-file-handles=prefer"]);
     let c = &s.client;
     let empty = used_bytes(fs.path());
@@ -182,7 +118,7 @@ fn deleted_files_give_their_space_back_while_the_guest_holds_their_nodes() {
 
 #[test]
 fn tmpfs_out_of_inodes_gives_enospc_on_create_and_mkdir() {
-    let fs = Tmpfs::mount("size=1m,nr_inodes=16,mode=0755");
+    let fs = Mount::tmpfs("size=1m,nr_inodes=16,mode=0755");
     let mut s = Session::start_in(fs.path(), &[]);
     let c = &s.client;
     let mut created = Vec::new();
@@ -211,7 +147,7 @@ fn tmpfs_out_of_inodes_gives_enospc_on_create_and_mkdir() {
 #[test]
 fn tmpfs_remounted_read_only_under_the_daemon_gives_erofs() {
     for sandbox in ["--sandbox=namespace", "--sandbox=none"] {
-        let fs = Tmpfs::mount("size=1m,mode=0755");
+        let fs = Mount::tmpfs("size=1m,mode=0755");
         let mut s = Session::start_in(fs.path(), &[sandbox]);
         let c = &s.client;
         fs::write(s.shared.join("f"), b"content").unwrap();

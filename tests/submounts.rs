@@ -9,85 +9,16 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::fuse_abi::*;
-use common::{FuseClient, Session, TempDir};
-
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A mount made by the test, detached (lazily) when dropped.
-struct Mount(PathBuf);
-
-impl Mount {
-    fn tmpfs(at: &Path) -> Mount {
-        fs::create_dir_all(at).unwrap();
-        run(
-            "mount",
-            &["-t", "tmpfs", "vhostfs-test", at.to_str().unwrap()],
-        );
-        Mount(at.to_path_buf())
-    }
-
-    /// An overlayfs without `nfs_export`: it has no file handles. `work` holds its layers.
-    fn overlay(at: &Path, work: &Path) -> Mount {
-        for d in ["lower", "upper", "work"] {
-            fs::create_dir_all(work.join(d)).unwrap();
-        }
-        fs::write(work.join("lower/from-lower"), b"lower layer").unwrap();
-        fs::create_dir_all(at).unwrap();
-        let opts = format!(
-            "lowerdir={},upperdir={},workdir={}",
-            work.join("lower").display(),
-            work.join("upper").display(),
-            work.join("work").display()
-        );
-        run(
-            "mount",
-            &[
-                "-t",
-                "overlay",
-                "overlay",
-                "-o",
-                &opts,
-                at.to_str().unwrap(),
-            ],
-        );
-        Mount(at.to_path_buf())
-    }
-
-    /// `dir` bound on itself and made a recursively shared mount, as a systemd host's are.
-    fn shared_bind(dir: &Path) -> Mount {
-        let d = dir.to_str().unwrap();
-        run("mount", &["--bind", d, d]);
-        run("mount", &["--make-rshared", d]);
-        Mount(dir.to_path_buf())
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .args(["-R", "-l"])
-            .arg(&self.0)
-            .status();
-    }
-}
+use common::{FuseClient, Mount, Session, TempDir};
 
 /// A share with a tmpfs at `tmp/` holding `f`; returns the share and the mount guard.
 fn share_with_tmpfs() -> (TempDir, Mount) {
     let shared = TempDir::new("submounts-shared").unwrap();
     fs::write(shared.join("base"), b"on the base fs").unwrap();
-    let m = Mount::tmpfs(&shared.join("tmp"));
+    let m = Mount::tmpfs_at(&shared.join("tmp"), "");
     fs::write(shared.join("tmp/f"), b"in the tmpfs").unwrap();
     (shared, m)
 }
@@ -237,7 +168,7 @@ fn host_mounts_below_a_shared_share_come_and_go_while_serving() {
         let c = &s.client;
         let before = c.lookup(FUSE_ROOT_ID, "live").unwrap();
         assert_eq!(c.lookup(before.nodeid, "f").err(), Some(libc::ENOENT));
-        let m = Mount::tmpfs(&live);
+        let m = Mount::tmpfs_at(&live, "");
         fs::write(live.join("f"), b"in the tmpfs").unwrap();
         // The guest re-looks the name up when its entry times out.
         let after = c.lookup(FUSE_ROOT_ID, "live").unwrap();

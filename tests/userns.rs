@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::fuse_abi::*;
-use common::{Daemon, FuseClient, TempDir, TestGuest};
+use common::{Daemon, FuseClient, Mount, TempDir, TestGuest};
 
 /// The unprivileged user the daemon runs as.
 const NOBODY: u32 = 65534;
@@ -120,20 +120,7 @@ fn unprivileged_namespace_run_serves_from_a_user_namespace() {
 fn unprivileged_namespace_run_sees_submounts() {
     let (shared, sock_dir) = dirs(NOBODY);
     let sub = shared.join("tmp");
-    fs::create_dir(&sub).unwrap();
-    let ok = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "uid=65534,gid=65534", "vhostfs-test"])
-        .arg(&sub)
-        .status()
-        .unwrap();
-    assert!(ok.success(), "mount tmpfs");
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(self.0).status();
-        }
-    }
-    let _unmount = Unmount(&sub);
+    let _tmpfs = Mount::tmpfs_at(&sub, "uid=65534,gid=65534");
     fs::write(sub.join("f"), b"in the tmpfs").unwrap();
     let (_daemon, client) = serve_as_nobody(&sock_dir, &shared);
     let dir = client.lookup(FUSE_ROOT_ID, "tmp").unwrap();
