@@ -80,10 +80,14 @@ fn names(list: &[u8]) -> Vec<String> {
     v
 }
 
-/// A session on a share holding the regular file `f`, and the nodeid of `f`.
-fn session_with_file(args: &[&str]) -> (Session, u64) {
+/// A session on a share holding the regular file `f` with the host xattrs `host`, and the
+/// nodeid of `f`.
+fn session_with_file(args: &[&str], host: &[(&str, &[u8])]) -> (Session, u64) {
     let s = Session::start(args);
     fs::write(s.shared.join("f"), b"x").unwrap();
+    for (name, value) in host {
+        host_set(&s.shared.join("f"), name, value);
+    }
     let node = s.client.lookup(1, "f").expect("LOOKUP f").nodeid;
     (s, node)
 }
@@ -115,20 +119,36 @@ fn guest_list(s: &Session, node: u64) -> Vec<String> {
     names(&data)
 }
 
+/// SETXATTR `name` = `value` from the guest on node `f` (it must work); then the host's value of
+/// `host_name` on the share's `f`.
+fn set_then_host_get(
+    s: &Session,
+    f: u64,
+    name: &str,
+    value: &[u8],
+    host_name: &str,
+) -> Option<Vec<u8>> {
+    s.client
+        .setxattr(f, name, value, 0)
+        .unwrap_or_else(|e| panic!("SETXATTR {name}: errno {e}"));
+    host_get(&s.shared.join("f"), host_name)
+}
+
 #[test]
 fn docker_desktop_prefixes_everything_and_hides_the_host() {
-    let (s, f) = session_with_file(&["--xattr", DOCKER]);
+    let (s, f) = session_with_file(
+        &["--xattr", DOCKER],
+        &[
+            ("user.host", b"h"),
+            ("trusted.host", b"t"),
+            ("user.docker.desktop.user.pre", b"p"),
+        ],
+    );
     let hf = s.shared.join("f");
-    host_set(&hf, "user.host", b"h");
-    host_set(&hf, "trusted.host", b"t");
-    host_set(&hf, "user.docker.desktop.user.pre", b"p");
     assert_eq!(guest_list(&s, f), ["user.pre"]);
 
-    s.client
-        .setxattr(f, "user.foo", b"bar", 0)
-        .expect("SETXATTR user.foo");
     assert_eq!(
-        host_get(&hf, "user.docker.desktop.user.foo").as_deref(),
+        set_then_host_get(&s, f, "user.foo", b"bar", "user.docker.desktop.user.foo").as_deref(),
         Some(&b"bar"[..])
     );
     assert_eq!(host_get(&hf, "user.foo"), None);
@@ -136,11 +156,15 @@ fn docker_desktop_prefixes_everything_and_hides_the_host() {
     s.client
         .setxattr(f, "security.selinux", b"ctx", 0)
         .expect("SETXATTR security.selinux");
-    s.client
-        .setxattr(f, "trusted.overlay.opaque", b"y", 0)
-        .expect("SETXATTR trusted.");
     assert_eq!(
-        host_get(&hf, "user.docker.desktop.security.selinux").as_deref(),
+        set_then_host_get(
+            &s,
+            f,
+            "trusted.overlay.opaque",
+            b"y",
+            "user.docker.desktop.security.selinux"
+        )
+        .as_deref(),
         Some(&b"ctx"[..])
     );
     assert_eq!(
@@ -183,14 +207,12 @@ fn docker_desktop_prefixes_everything_and_hides_the_host() {
 #[test]
 fn map_shorthand_implies_xattr() {
     // No --xattr: the map turns xattrs on, as in virtiofsd.
-    let (s, f) = session_with_file(&["--xattrmap=:map::user.virtiofs.:"]);
-    let hf = s.shared.join("f");
-    host_set(&hf, "user.plain", b"1");
-    s.client
-        .setxattr(f, "trusted.a", b"1", 0)
-        .expect("SETXATTR");
+    let (s, f) = session_with_file(
+        &["--xattrmap=:map::user.virtiofs.:"],
+        &[("user.plain", b"1")],
+    );
     assert_eq!(
-        host_get(&hf, "user.virtiofs.trusted.a").as_deref(),
+        set_then_host_get(&s, f, "trusted.a", b"1", "user.virtiofs.trusted.a").as_deref(),
         Some(&b"1"[..])
     );
     assert_eq!(guest_list(&s, f), ["trusted.a"]);
@@ -198,15 +220,20 @@ fn map_shorthand_implies_xattr() {
 
 #[test]
 fn example_2_prefix_trusted_only() {
-    let (s, f) = session_with_file(&["--xattr", "--xattrmap=/map/trusted./user.virtiofs./"]);
+    let (s, f) = session_with_file(
+        &["--xattr", "--xattrmap=/map/trusted./user.virtiofs./"],
+        &[("trusted.host", b"t"), ("user.plain", b"u")],
+    );
     let hf = s.shared.join("f");
-    host_set(&hf, "trusted.host", b"t");
-    host_set(&hf, "user.plain", b"u");
-    s.client
-        .setxattr(f, "trusted.overlay.opaque", b"y", 0)
-        .expect("SETXATTR trusted.");
     assert_eq!(
-        host_get(&hf, "user.virtiofs.trusted.overlay.opaque").as_deref(),
+        set_then_host_get(
+            &s,
+            f,
+            "trusted.overlay.opaque",
+            b"y",
+            "user.virtiofs.trusted.overlay.opaque"
+        )
+        .as_deref(),
         Some(&b"y"[..])
     );
     assert_eq!(host_get(&hf, "trusted.overlay.opaque"), None);
@@ -240,11 +267,15 @@ fn example_2_prefix_trusted_only() {
 fn bad_and_unsupported_rules() {
     let map = "--xattrmap=/bad/all/user.secret./user.secret./ \
                /unsupported/all/user.nope/user.nope/ /ok/all///";
-    let (s, f) = session_with_file(&["--xattr", map]);
+    let (s, f) = session_with_file(
+        &["--xattr", map],
+        &[
+            ("user.secret.a", b"s"),
+            ("user.nope.b", b"n"),
+            ("user.fine", b"f"),
+        ],
+    );
     let hf = s.shared.join("f");
-    host_set(&hf, "user.secret.a", b"s");
-    host_set(&hf, "user.nope.b", b"n");
-    host_set(&hf, "user.fine", b"f");
     assert_eq!(guest_list(&s, f), ["user.fine"]);
     assert_eq!(
         s.client.setxattr(f, "user.secret.a", b"x", 0),
@@ -268,14 +299,16 @@ fn bad_and_unsupported_rules() {
 
 #[test]
 fn everything_hidden_lists_nothing() {
-    let (s, f) = session_with_file(&["--xattr", DOCKER]);
-    host_set(&s.shared.join("f"), "user.host", b"h");
+    let (s, f) = session_with_file(&["--xattr", DOCKER], &[("user.host", b"h")]);
     assert!(guest_list(&s, f).is_empty());
 }
 
 #[test]
 fn posix_acl_names_go_through_the_map() {
-    let (s, f) = session_with_file(&["--posix-acl=auto", "--xattrmap=:map::user.virtiofs.:"]);
+    let (s, f) = session_with_file(
+        &["--posix-acl=auto", "--xattrmap=:map::user.virtiofs.:"],
+        &[],
+    );
     let hf = s.shared.join("f");
     // The host stores the value opaquely, so any bytes do (here an ACL header and one entry).
     let acl: &[u8] = b"\x02\0\0\0\x01\0\x06\0\xff\xff\xff\xff";

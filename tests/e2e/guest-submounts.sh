@@ -82,6 +82,7 @@ step() {
   done
 }
 # is_mount PATH: /proc/mounts lists PATH as a virtiofs mount.
+# shellcheck disable=SC2317 # also called through within_10s (hot_gone)
 is_mount() { awk -v p="$1" '$2 == p && $3 == "virtiofs" { f = 1 } END { exit !f }' /proc/mounts; }
 # mounts_below PATH: the guest mounts below PATH.
 mounts_below() { awk -v p="$1/" 'index($2, p) == 1 { print $2 }' /proc/mounts; }
@@ -240,17 +241,26 @@ guest $tag"
   fi
 
   # --- a host mount appearing and going away under the running guest ---
+  # within_10s CMD: CMD succeeds within 10 s (polled every 0.2 s).
+  within_10s() {
+    i=0
+    while [ "$i" -lt 50 ]; do
+      "$@" && return 0
+      i=$((i + 1))
+      sleep 0.2
+    done
+    return 1
+  }
+  # shellcheck disable=SC2317 # called through within_10s
+  hot_appeared() { [ "$(cat "$hd/hot.txt" 2>/dev/null)" = "hot $tag" ]; }
+  # shellcheck disable=SC2317 # called through within_10s
+  hot_gone() { [ ! -e "$hd/hot.txt" ] && { [ "$ann" != ann ] || ! is_mount "$hd"; }; }
   hd=$M/hot/$tag
   expect "hot: $hd empty before the host mounts on it" "$(ls -A "$hd" 2>&1)" ""
   pdev=$(stat -c %d "$M/hot")
   if step hot-ready; then  # the host mounts a tmpfs on it with hot.txt
-    t=$(now) seen='' i=0
-    while [ "$i" -lt 50 ]; do
-      if [ "$(cat "$hd/hot.txt" 2>/dev/null)" = "hot $tag" ]; then seen=1; break; fi
-      i=$((i + 1))
-      sleep 0.2
-    done
-    if [ -n "$seen" ]; then
+    t=$(now)
+    if within_10s hot_appeared; then
       ok "hot: a filesystem mounted on the host appears in the guest" "after $(since "$t") s"
     else
       ko "hot: a filesystem mounted on the host appears in the guest within 10 s" "ls -A: $(ls -A "$hd" 2>&1 | tr '\n' ' ')"
@@ -263,13 +273,8 @@ guest $tag"
       expect "hot: the share's st_dev" "$(stat -c %d "$hd")" "$pdev"
     fi
     if step hot-seen; then  # the host unmounts it (umount -l)
-      t=$(now) gone='' i=0
-      while [ "$i" -lt 50 ]; do
-        if [ ! -e "$hd/hot.txt" ] && { [ "$ann" != ann ] || ! is_mount "$hd"; }; then gone=1; break; fi
-        i=$((i + 1))
-        sleep 0.2
-      done
-      if [ -n "$gone" ]; then
+      t=$(now)
+      if within_10s hot_gone; then
         ok "hot: unmounted on the host, gone in the guest" "after $(since "$t") s"
       else
         ko "hot: unmounted on the host, gone in the guest within 10 s" \
