@@ -272,6 +272,7 @@ impl Harness {
             announce_submounts: false,
             fd_budget: FD_BUDGET,
             xattrmap: None,
+            ids: Default::default(),
             fd_cache_size: vhostfs::passthrough::fd_cache::DEFAULT_SIZE,
         })
         .unwrap();

@@ -18,6 +18,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use crate::fuse_server::Negotiation;
+use crate::passthrough::id_map::{IdMap as Translation, IdMaps};
 use crate::passthrough::xattr_map::XattrMap;
 pub use crate::passthrough::InodeFileHandles;
 use crate::sandbox::{IdMap, LandlockMode, ModCaps, SandboxConfig, SandboxMode, SeccompMode};
@@ -161,6 +162,8 @@ pub struct Config {
     pub xattrmap: Option<XattrMap>,
     /// `--posix-acl[=never|auto|always]`, `-o posix_acl` / `-o no_posix_acl` (default `Never`).
     pub posix_acl: Negotiation,
+    /// `--translate-uid` / `--translate-gid` (repeatable; default: the identity).
+    pub translate: IdMaps,
     /// `--allow-direct-io`, `-o allow_direct_io` / `-o no_allow_direct_io`: keep the guest's
     /// O_DIRECT when opening files (default off: stripped).
     pub allow_direct_io: bool,
@@ -194,8 +197,9 @@ pub struct Config {
     pub landlock: LandlockMode,
     /// `--tag`: the tag advertised in the device config space (at most [`MAX_TAG_LEN`] bytes).
     pub tag: Option<String>,
-    /// Warnings about deprecated spellings that were used (`-o`, `-d`, `-f`, `--socket`,
-    /// `fallback`), worded as virtiofsd words them; to be logged once logging is set up.
+    /// Warnings about the command line, to be logged once logging is set up: deprecated
+    /// spellings that were used (`-o`, `-d`, `-f`, `--socket`, `fallback`), worded as
+    /// virtiofsd words them, and migration options, which have no effect yet.
     pub deprecations: Vec<String>,
 }
 
@@ -266,10 +270,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
         eff.security_label.value != "never",
         &eff.security_label.spelling,
     );
-    check(!opt.translate_uid.is_empty(), "--translate-uid");
-    check(!opt.translate_gid.is_empty(), "--translate-gid");
-    check(opt.migration_mode.is_some(), "--migration-mode");
-    check(opt.migration_on_error.is_some(), "--migration-on-error");
     check(opt.migration_verify_handles, "--migration-verify-handles");
     check(opt.migration_confirm_paths, "--migration-confirm-paths");
     found
@@ -414,6 +414,25 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         deprecations.push("Use of deprecated value 'fallback' for '--inode-file-handles': Please use 'prefer' instead".into());
     }
 
+    for (given, option) in [
+        (&opt.migration_mode, "--migration-mode"),
+        (&opt.migration_on_error, "--migration-on-error"),
+    ] {
+        if let Some(value) = given {
+            deprecations.push(format!(
+                "{option}={value} has no effect: vhostfs does not offer migration yet, so QEMU \
+                 fails a migration of this VM (the VM keeps running here)"
+            ));
+        }
+    }
+    let translation = |specs: &[String], option: &str| {
+        Translation::parse(specs.iter().map(String::as_str))
+            .map_err(|e| CliError::new(format!("invalid value for '{option}': {e}")))
+    };
+    let translate = IdMaps {
+        uid: translation(&opt.translate_uid, "--translate-uid")?,
+        gid: translation(&opt.translate_gid, "--translate-gid")?,
+    };
     let posix_acl = eff.posix_acl.parse().map_err(CliError::new)?;
     let xattrmap = match &eff.xattrmap {
         Some((map, spelling)) => Some(
@@ -437,6 +456,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         xattr: eff.xattr || posix_acl != Negotiation::Never || xattrmap.is_some(),
         xattrmap,
         posix_acl,
+        translate,
         allow_direct_io: eff.allow_direct_io,
         readdirplus: eff.readdirplus && eff.cache != CacheMode::Never,
         allow_mmap: opt.allow_mmap,

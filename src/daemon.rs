@@ -165,6 +165,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         readonly: cfg.readonly,
         xattr: cfg.xattr,
         xattrmap: cfg.xattrmap.clone(),
+        ids: cfg.translate.clone(),
         announce_submounts: cfg.announce_submounts,
         fd_budget: budget,
         fd_cache_size: cfg.fd_cache_size,

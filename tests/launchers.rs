@@ -196,3 +196,180 @@ fn vhost_user_json_agrees_with_print_capabilities() {
         );
     }
 }
+
+/// Runs `args` (with `{sock}`, `{fd}` and `{dir}` replaced) on a share owned by `owner` (as the
+/// launcher's share is: the mapped guest root must be able to create in it) and serves the test
+/// guest, then runs `check` with the client and the share.
+fn serve_with_socket(args: &[&str], owner: u32, check: impl FnOnce(&common::FuseClient, &Path)) {
+    let shared = TempDir::new("launch-shared").unwrap();
+    std::os::unix::fs::chown(shared.path(), Some(owner), Some(owner)).unwrap();
+    let dir = TempDir::new("launch-sock").unwrap();
+    let socket = dir.join("vm.sock");
+    // With `{fd}`: a socket the launcher listens on, passed as --fd.
+    let listener = args
+        .iter()
+        .any(|a| a.contains("{fd}"))
+        .then(|| UnixListener::bind(&socket).unwrap());
+    let fd = listener.as_ref().map_or(-1, |l| l.as_raw_fd());
+    let argv: Vec<String> = args
+        .iter()
+        .map(|a| {
+            a.replace("{sock}", &socket.display().to_string())
+                .replace("{dir}", &shared.path().display().to_string())
+                .replace("{fd}", &fd.to_string())
+        })
+        .collect();
+    let mut cmd = vhostfs();
+    cmd.args(&argv);
+    if listener.is_some() {
+        inherit_fd(&mut cmd, fd, fd);
+    }
+    let mut daemon =
+        Daemon::spawn(&mut cmd, &socket).unwrap_or_else(|e| panic!("vhostfs {argv:?}: {e}"));
+    let client = serve_one_guest(&socket, shared.path());
+    check(&client, shared.path());
+    assert!(daemon.is_alive());
+    drop(client);
+    let status = daemon.wait_exit(TIMEOUT).unwrap().expect("still running");
+    assert_eq!(status.code(), Some(0), "vhostfs {argv:?}: {status}");
+}
+
+fn host_owner(path: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).unwrap();
+    (m.uid(), m.gid())
+}
+
+/// The owner of `name` as LOOKUP shows it (".": of the share, as GETATTR shows it).
+fn guest_owner(c: &common::FuseClient, name: &str) -> (u32, u32) {
+    if name == "." {
+        let a = c.getattr(FUSE_ROOT_ID, None).unwrap();
+        return (a.attr.uid, a.attr.gid);
+    }
+    let e = c.lookup(FUSE_ROOT_ID, name).unwrap();
+    (e.attr.uid, e.attr.gid)
+}
+
+// KubeVirt (virt-controller services/virtiofs.go) for a service-account volume: the files of
+// the virt-launcher's qemu user (107) show as root in the guest. The migration options are
+// accepted and checked, with no effect (vhostfs offers no migration yet).
+#[test]
+fn kubevirt() {
+    serve_with_socket(
+        &[
+            "--socket-path={sock}",
+            "--shared-dir={dir}",
+            "--sandbox=none",
+            "--cache=auto",
+            "--migration-on-error=guest-error",
+            "--migration-mode=find-paths",
+            "--translate-uid=host:107:0:1",
+        ],
+        107,
+        |c, shared| {
+            assert_eq!(guest_owner(c, "."), (0, 107));
+            assert_eq!(host_owner(&shared.join("from-guest.txt")), (0, 0));
+        },
+    );
+}
+
+// Incus: the container's id range, every other guest id forbidden.
+#[test]
+fn incus() {
+    serve_with_socket(
+        &[
+            "--socket-path={sock}",
+            "--shared-dir={dir}",
+            "--translate-uid=map:0:1000000:65536",
+            "--translate-gid=map:0:1000000:65536",
+            "--translate-uid=forbid-guest:65536:4294901759",
+            "--translate-gid=forbid-guest:65536:4294901759",
+        ],
+        1000000,
+        |c, shared| {
+            assert_eq!(
+                host_owner(&shared.join("from-guest.txt")),
+                (1000000, 1000000)
+            );
+            assert_eq!(guest_owner(c, "from-guest.txt"), (0, 0));
+            assert_eq!(guest_owner(c, "."), (0, 0));
+            let forbidden = c.with_creds(70000, 70000);
+            assert_eq!(
+                forbidden.mkdir(FUSE_ROOT_ID, "no", 0o755, 0).err(),
+                Some(libc::EPERM)
+            );
+        },
+    );
+}
+
+// systemd-vmspawn, for a directory bound with an id range (`--bind=...:idmap`): its own
+// listening socket as --fd, the directory's range mapped to the guest's 0.. instead of a user
+// namespace.
+#[test]
+fn systemd_vmspawn() {
+    serve_with_socket(
+        &[
+            "--shared-dir",
+            "{dir}",
+            "--xattr",
+            "--fd",
+            "{fd}",
+            "--no-announce-submounts",
+            "--translate-uid",
+            "map:0:100000:65536",
+            "--translate-gid",
+            "map:0:100000:65536",
+        ],
+        100000,
+        |c, shared| {
+            assert_eq!(host_owner(&shared.join("from-guest.txt")), (100000, 100000));
+            assert_eq!(guest_owner(c, "from-guest.txt"), (0, 0));
+            assert_eq!(guest_owner(c, "."), (0, 0));
+            xattr_roundtrip(c);
+        },
+    );
+}
+
+// Docker Desktop for Linux: every guest id squashed onto the desktop user (1000), xattrs under
+// a prefix.
+#[test]
+fn docker_desktop() {
+    serve_with_socket(
+        &[
+            "--socket-path={sock}",
+            "--shared-dir={dir}",
+            "--xattr",
+            "--xattrmap=:prefix:all::user.docker.desktop.::bad:all:::",
+            "--translate-uid",
+            "squash-guest:0:1000:4294967295",
+            "--announce-submounts",
+            "--sandbox=none",
+            "--cache=auto",
+        ],
+        1000,
+        |c, shared| {
+            // The uid is squashed, the gid (no --translate-gid) is not.
+            assert_eq!(host_owner(&shared.join("from-guest.txt")), (1000, 0));
+            assert_eq!(guest_owner(c, "from-guest.txt"), (1000, 0));
+            xattr_roundtrip(c);
+            let mut value = [0u8; 1];
+            let path = std::ffi::CString::new(
+                shared
+                    .join("from-guest.txt")
+                    .into_os_string()
+                    .into_encoded_bytes(),
+            )
+            .unwrap();
+            // SAFETY: C strings and a buffer of the given size.
+            let n = unsafe {
+                libc::lgetxattr(
+                    path.as_ptr(),
+                    c"user.docker.desktop.user.launcher".as_ptr(),
+                    value.as_mut_ptr().cast(),
+                    1,
+                )
+            };
+            assert_eq!((n, value), (1, *b"1"));
+        },
+    );
+}

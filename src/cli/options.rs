@@ -230,11 +230,14 @@ pub(super) struct Opt {
     pub(super) gid_map: Vec<IdMap>,
 
     /// Describe how to translate UIDs between guest and host, given as
-    /// '<type>:<source base>:<target base>:<count>' [not supported yet]
+    /// '<type>:<source base>:<target base>:<count>': 'map' (both ways, '<guest>:<host>'),
+    /// 'guest' / 'host' (1:1, one way), 'squash-guest' / 'squash-host' (n:1, one way),
+    /// 'forbid-guest:<guest base>:<count>' (EPERM); repeat for several ranges (they must not
+    /// overlap). Unlike virtiofsd, works with --posix-acl (ACL entries are translated too)
     #[arg(long)]
     pub(super) translate_uid: Vec<String>,
 
-    /// Same as '--translate-uid', but for GIDs [not supported yet]
+    /// Same as '--translate-uid', but for GIDs
     #[arg(long)]
     pub(super) translate_gid: Vec<String>,
 
@@ -243,11 +246,13 @@ pub(super) struct Opt {
     #[arg(long = "preserve-noatime")]
     pub(super) preserve_noatime: bool,
 
-    /// How to perform migration (find-paths, file-handles) [not supported yet]
+    /// How to perform migration (find-paths, file-handles); checked, but vhostfs offers no
+    /// migration yet (QEMU fails a migration of the VM)
     #[arg(long = "migration-mode", value_parser = one_of(MIGRATION_MODE, false))]
     pub(super) migration_mode: Option<String>,
 
-    /// How to respond to errors during migration (abort, guest-error) [not supported yet]
+    /// How to respond to errors during migration (abort, guest-error); checked, but vhostfs
+    /// offers no migration yet (QEMU fails a migration of the VM)
     #[arg(long = "migration-on-error", value_parser = one_of(MIGRATION_ON_ERROR, false))]
     pub(super) migration_on_error: Option<String>,
 

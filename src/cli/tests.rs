@@ -55,6 +55,7 @@ fn defaults_match_virtiofsd() {
             xattr: false,
             xattrmap: None,
             posix_acl: Negotiation::Never,
+            translate: Default::default(),
             allow_direct_io: false,
             readdirplus: true,
             allow_mmap: false,
@@ -275,14 +276,7 @@ fn unsupported_options_are_rejected() {
         (&["--security-label"][..], "--security-label=always"),
         (&["--killpriv-v2"], "--killpriv-v2"),
         (&["--no-killpriv-v2", "--killpriv-v2"], "--killpriv-v2"),
-        (&["--translate-uid=guest:0:1000:1"], "--translate-uid"),
-        (&["--translate-gid=map:0:1000:1"], "--translate-gid"),
         (&["--writeback"], "--writeback"),
-        (&["--migration-mode=find-paths"], "--migration-mode"),
-        (
-            &["--migration-on-error=guest-error"],
-            "--migration-on-error",
-        ),
         (
             &["--migration-verify-handles"],
             "--migration-verify-handles",

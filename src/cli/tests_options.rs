@@ -1,6 +1,6 @@
 //! The options that change what the guest is offered or how files are opened, and where the
 //! socket goes: `--no-readdirplus`, `--preserve-noatime`, `--allow-mmap`, `--socket-group`,
-//! `--xattrmap`.
+//! `--xattrmap`, `--translate-uid`/`--translate-gid`, the migration options KubeVirt passes.
 
 use super::tests::run;
 use super::*;
@@ -107,4 +107,75 @@ fn xattrmap_forms() {
         super::tests::fail(&["--xattrmap= "]),
         "invalid value for '--xattrmap': no rules"
     );
+}
+
+#[test]
+fn translate_forms() {
+    let parse = |specs: &[&str]| Translation::parse(specs.iter().copied()).unwrap();
+    assert!(run(&[]).translate.is_identity());
+    // Each option is repeatable, in both the `=` and the separate form; with --posix-acl too.
+    let config = run(&[
+        "--translate-uid=map:0:1000000:65536",
+        "--translate-uid",
+        "forbid-guest:65536:4294901759",
+        "--translate-gid=map:0:1000000:65536",
+        "--posix-acl",
+    ]);
+    assert_eq!(
+        config.translate,
+        IdMaps {
+            uid: parse(&["map:0:1000000:65536", "forbid-guest:65536:4294901759"]),
+            gid: parse(&["map:0:1000000:65536"]),
+        }
+    );
+    assert_eq!(config.posix_acl, Negotiation::Always);
+    assert_eq!(
+        run(&["--translate-uid", "squash-guest:0:1000:4294967295"]).translate,
+        IdMaps {
+            uid: parse(&["squash-guest:0:1000:4294967295"]),
+            gid: Translation::default(),
+        }
+    );
+    for (args, message) in [
+        (
+            &["--translate-uid=map:0:1000:10", "--translate-uid=host:1005:0:1"][..],
+            "invalid value for '--translate-uid': 'host:1005:0:1' overlaps 'map:0:1000:10': both map host ids [1005, 1006)",
+        ),
+        (
+            &["--translate-gid=squash:0:1:1"],
+            "invalid value for '--translate-gid': 'squash:0:1:1': unknown type 'squash' (expected map, guest, host, squash-guest, squash-host or forbid-guest)",
+        ),
+        (
+            &["--translate-uid=guest:0:1"],
+            "invalid value for '--translate-uid': 'guest:0:1': 'guest' takes 3 numbers, got 2",
+        ),
+    ] {
+        assert_eq!(super::tests::fail(args), message, "{args:?}");
+    }
+}
+
+#[test]
+fn migration_values_are_checked_and_warned_about() {
+    // KubeVirt's options: accepted, with a warning that migration is not offered.
+    let config = run(&[
+        "--migration-on-error=guest-error",
+        "--migration-mode=find-paths",
+    ]);
+    assert_eq!(
+        config.deprecations,
+        [
+            "--migration-mode=find-paths has no effect: vhostfs does not offer migration yet, so \
+             QEMU fails a migration of this VM (the VM keeps running here)",
+            "--migration-on-error=guest-error has no effect: vhostfs does not offer migration \
+             yet, so QEMU fails a migration of this VM (the VM keeps running here)",
+        ]
+    );
+    run(&[
+        "--migration-mode=file-handles",
+        "--migration-on-error=abort",
+    ]);
+    assert!(super::tests::fail(&["--migration-mode=paths"])
+        .starts_with("invalid value 'paths' for '--migration-mode <MIGRATION_MODE>'"));
+    assert!(super::tests::fail(&["--migration-on-error=ignore"])
+        .starts_with("invalid value 'ignore' for '--migration-on-error <MIGRATION_ON_ERROR>'"));
 }

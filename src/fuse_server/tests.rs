@@ -45,6 +45,7 @@ pub(super) fn server() -> (FuseServer, TempDir) {
         announce_submounts: false,
         fd_budget: 1000,
         xattrmap: None,
+        ids: Default::default(),
         fd_cache_size: crate::passthrough::fd_cache::DEFAULT_SIZE,
     })
     .unwrap();

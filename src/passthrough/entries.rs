@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::SetattrIn;
 
-use super::credentials::Credentials;
 use super::file_handle::FileHandle;
 use super::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
 use super::sys;
@@ -152,7 +151,15 @@ impl PassthroughFs {
         }
     }
 
-    fn entry(&self, inode: &Arc<Inode>, attr: libc::statx, attr_flags: u32) -> Entry {
+    /// An entry for the guest (LOOKUP, READDIRPLUS, every create): the owner translated to
+    /// guest ids, as in [`PassthroughFs::attr`].
+    pub(super) fn entry(
+        &self,
+        inode: &Arc<Inode>,
+        mut attr: libc::statx,
+        attr_flags: u32,
+    ) -> Entry {
+        self.cfg.ids.stat_to_guest(&mut attr);
         Entry {
             nodeid: inode.nodeid,
             generation: 0,
@@ -236,8 +243,16 @@ impl PassthroughFs {
         self.check_writable()?;
         // As the caller: the host then checks ownership for chmod/chown/utimes and write
         // access for truncate (a non-root fsuid has no CAP_FOWNER/CAP_CHOWN/CAP_FSETID), so a
-        // guest user cannot set the setuid bit on, or take, a file it does not own.
-        let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
+        // guest user cannot set the setuid bit on, or take, a file it does not own. The guest's
+        // root keeps the daemon's privileges, whatever host uid `--translate-uid` gives it (it
+        // may chown and chmod in the share as it may without translation); a forbidden caller
+        // is EPERM.
+        let _creds = if ctx.uid == 0 {
+            self.caller_ids(ctx)?;
+            None
+        } else {
+            Some(self.as_caller(ctx)?)
+        };
         let inode = self.inodes.get(nodeid)?;
         let file = if attr.valid & FATTR_FH != 0 {
             Some(self.handles.get(attr.fh)?)
@@ -259,13 +274,14 @@ impl PassthroughFs {
             }
         }
         if valid & (FATTR_UID | FATTR_GID) != 0 {
+            // The new owner in host ids; a forbidden one is EPERM.
             let uid = if valid & FATTR_UID != 0 {
-                attr.uid
+                self.cfg.ids.uid.to_host(attr.uid)?
             } else {
                 u32::MAX
             };
             let gid = if valid & FATTR_GID != 0 {
-                attr.gid
+                self.cfg.ids.gid.to_host(attr.gid)?
             } else {
                 u32::MAX
             };
@@ -348,7 +364,7 @@ impl PassthroughFs {
         let fd = self.path_fd(&dir)?;
         let mask = self.creation_umask(fd.as_fd(), umask)?;
         {
-            let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
+            let _creds = self.as_caller(ctx)?;
             self.retry_nospace(|| make(fd.as_fd(), mask))?;
         }
         self.lookup_at(&dir, fd.as_fd(), name)

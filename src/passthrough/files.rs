@@ -6,7 +6,6 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 
-use super::credentials::Credentials;
 use super::handle_table::OpenFile;
 use super::inode_table::{Inode, InodeKey, InodeSource};
 use super::sys;
@@ -91,7 +90,7 @@ impl PassthroughFs {
         let mask = self.creation_umask(dirfd.as_fd(), umask)?;
         let token = self.take_token()?;
         let fd = {
-            let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
+            let _creds = self.as_caller(ctx)?;
             self.retry_nospace(|| sys::openat(dirfd.as_fd(), name, flags, mode & 0o7777 & !mask))?
         };
         let entry = self.lookup_at(&dir, dirfd.as_fd(), name)?;
@@ -131,7 +130,7 @@ impl PassthroughFs {
         let mask = self.creation_umask(dirfd.as_fd(), umask)?;
         let (file_token, path_token) = (self.take_token()?, self.take_token()?);
         let fd = {
-            let _creds = Credentials::switch(ctx.uid, ctx.gid)?;
+            let _creds = self.as_caller(ctx)?;
             let mode = mode & 0o7777 & !mask;
             sys::openat(dirfd.as_fd(), c".", flags | libc::O_TMPFILE, mode)?
         };
@@ -153,14 +152,7 @@ impl PassthroughFs {
             false,
             file_token,
         ));
-        let entry = Entry {
-            nodeid: inode.nodeid,
-            generation: 0,
-            attr: st,
-            attr_flags: 0,
-            entry_timeout: self.cfg.entry_timeout,
-            attr_timeout: self.cfg.attr_timeout,
-        };
+        let entry = self.entry(&inode, st, 0);
         Ok((
             entry,
             Opened {
@@ -286,7 +278,9 @@ impl PassthroughFs {
     /// kernel's generic permission check does (root may read and write anything, and execute what
     /// anyone may execute).
     pub fn access(&self, ctx: &Context, nodeid: u64, mask: u32) -> io::Result<()> {
-        let st = self.statx_of(nodeid)?;
+        // The owner as the guest sees it, to compare with the caller's guest ids.
+        let mut st = self.statx_of(nodeid)?;
+        self.cfg.ids.stat_to_guest(&mut st);
         let mode = st.stx_mode as u32;
         if mask == libc::F_OK as u32 {
             return Ok(());

@@ -22,6 +22,7 @@ pub mod fd_cache;
 mod file_handle;
 mod files;
 mod handle_table;
+pub mod id_map;
 mod inode_table;
 pub(crate) mod sys;
 pub mod xattr_map;
@@ -34,6 +35,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use self::credentials::Credentials;
 use self::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
 use self::fd_cache::FdCache;
 use self::file_handle::{FileHandle, MountFds};
@@ -131,6 +133,9 @@ pub struct FsConfig {
     pub xattr: bool,
     /// `--xattrmap`: how xattr names are translated between guest and host.
     pub xattrmap: Option<xattr_map::XattrMap>,
+    /// `--translate-uid` / `--translate-gid`: how uids and gids are translated between guest
+    /// and host (the identity by default).
+    pub ids: id_map::IdMaps,
     pub announce_submounts: bool,
     /// How many fds the guest may make us hold (opened files, dirs, O_PATH inodes).
     pub fd_budget: usize,
@@ -374,10 +379,29 @@ impl PassthroughFs {
         }
     }
 
-    fn attr(&self, st: libc::statx) -> Attr {
+    /// Attributes for the guest: the owner translated to guest ids. Every attribute reply
+    /// (GETATTR, STATX, SETATTR) goes through here, every entry through [`Self::entry`].
+    fn attr(&self, mut st: libc::statx) -> Attr {
+        self.cfg.ids.stat_to_guest(&mut st);
         Attr {
             st,
             timeout: self.cfg.attr_timeout,
         }
+    }
+
+    /// The caller's uid and gid in host ids; a caller whose uid or gid `forbid-guest` refuses
+    /// gets EPERM.
+    fn caller_ids(&self, ctx: &Context) -> io::Result<(u32, u32)> {
+        Ok((
+            self.cfg.ids.uid.to_host(ctx.uid)?,
+            self.cfg.ids.gid.to_host(ctx.gid)?,
+        ))
+    }
+
+    /// Switches this thread to the caller's credentials, translated to host ids, for the rest
+    /// of the scope (EPERM as in [`Self::caller_ids`]).
+    fn as_caller(&self, ctx: &Context) -> io::Result<Credentials> {
+        let (uid, gid) = self.caller_ids(ctx)?;
+        Credentials::switch(uid, gid)
     }
 }

@@ -6,12 +6,18 @@
 //!
 //! With `--xattrmap`, names from the guest are translated (or refused) before the call, and
 //! the names LISTXATTR returns are translated (or hidden) after it; see [`super::xattr_map`].
+//!
+//! With `--translate-uid`/`--translate-gid`, the uids and gids inside a POSIX ACL value
+//! (`system.posix_acl_access`/`_default`, by the guest's name, whatever `--xattrmap` makes of
+//! it on the host) are translated too: guest → host on SETXATTR (an entry naming a forbidden id
+//! is EPERM), host → guest on GETXATTR. virtiofsd refuses `--translate-*` with `--posix-acl`.
 
 use std::borrow::Cow;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use super::id_map::is_acl_name;
 use super::sys::xattr;
 use super::xattr_map::HostName;
 use super::{err, Context, PassthroughFs, XattrReply};
@@ -87,9 +93,14 @@ impl PassthroughFs {
         name: &CStr,
         size: u32,
     ) -> io::Result<XattrReply> {
+        let acl = !self.cfg.ids.is_identity() && is_acl_name(name.to_bytes());
         let name = self.host_name(name, libc::ENODATA)?;
         let fd = self.xattr_fd(nodeid)?;
-        Self::xattr_read(size, |buf| xattr::fgetxattr(fd.as_fd(), &name, buf))
+        let mut reply = Self::xattr_read(size, |buf| xattr::fgetxattr(fd.as_fd(), &name, buf))?;
+        if let (true, XattrReply::Data(value)) = (acl, &mut reply) {
+            self.cfg.ids.acl_to_guest(value);
+        }
+        Ok(reply)
     }
 
     pub fn listxattr(&self, _ctx: &Context, nodeid: u64, size: u32) -> io::Result<XattrReply> {
@@ -116,10 +127,18 @@ impl PassthroughFs {
         value: &[u8],
         flags: u32,
     ) -> io::Result<()> {
+        let acl = !self.cfg.ids.is_identity() && is_acl_name(name.to_bytes());
         let name = self.host_name(name, libc::EPERM)?;
         let fd = self.xattr_fd(nodeid)?;
         self.check_writable()?;
-        xattr::fsetxattr(fd.as_fd(), &name, value, flags as i32)
+        let value = if acl {
+            let mut v = value.to_vec();
+            self.cfg.ids.acl_to_host(&mut v)?;
+            Cow::Owned(v)
+        } else {
+            Cow::Borrowed(value)
+        };
+        xattr::fsetxattr(fd.as_fd(), &name, &value, flags as i32)
     }
 
     pub fn removexattr(&self, _ctx: &Context, nodeid: u64, name: &CStr) -> io::Result<()> {
