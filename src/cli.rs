@@ -155,8 +155,8 @@ pub struct Config {
     pub fd_cache_size: usize,
     /// `--readonly`.
     pub readonly: bool,
-    /// `--xattr`, `-o xattr` / `-o no_xattr` (default off); on whenever `posix_acl` is not
-    /// `Never` or `xattrmap` is set, as in virtiofsd.
+    /// `--xattr`, `-o xattr` / `-o no_xattr` (default off); on whenever `posix_acl` or
+    /// `security_label` is not `Never` or `xattrmap` is set, as in virtiofsd.
     pub xattr: bool,
     /// `--xattrmap`, `-o xattrmap=` (the `-o` form wins, as every `-o` form does).
     pub xattrmap: Option<XattrMap>,
@@ -164,6 +164,10 @@ pub struct Config {
     pub posix_acl: Negotiation,
     /// `--translate-uid` / `--translate-gid` (repeatable; default: the identity).
     pub translate: IdMaps,
+    /// `--security-label[=never|auto|always]` (bare: `always`), `-o security_label` /
+    /// `-o no_security_label` (default `Never`): store the security context the guest sends
+    /// with each creation as the new node's xattr; implies `--xattr`, as in virtiofsd.
+    pub security_label: Negotiation,
     /// `--allow-direct-io`, `-o allow_direct_io` / `-o no_allow_direct_io`: keep the guest's
     /// O_DIRECT when opening files (default off: stripped).
     pub allow_direct_io: bool,
@@ -266,10 +270,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
     };
     check(eff.writeback.value, &eff.writeback.spelling);
     check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
-    check(
-        eff.security_label.value != "never",
-        &eff.security_label.spelling,
-    );
     check(opt.migration_verify_handles, "--migration-verify-handles");
     check(opt.migration_confirm_paths, "--migration-confirm-paths");
     found
@@ -434,6 +434,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         gid: translation(&opt.translate_gid, "--translate-gid")?,
     };
     let posix_acl = eff.posix_acl.parse().map_err(CliError::new)?;
+    let security_label: Negotiation = eff.security_label.parse().map_err(CliError::new)?;
     let xattrmap = match &eff.xattrmap {
         Some((map, spelling)) => Some(
             map.parse::<XattrMap>()
@@ -453,10 +454,14 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         rlimit_nofile: opt.rlimit_nofile,
         fd_cache_size: opt.fd_cache_size,
         readonly: opt.readonly,
-        xattr: eff.xattr || posix_acl != Negotiation::Never || xattrmap.is_some(),
+        xattr: eff.xattr
+            || posix_acl != Negotiation::Never
+            || security_label != Negotiation::Never
+            || xattrmap.is_some(),
         xattrmap,
         posix_acl,
         translate,
+        security_label,
         allow_direct_io: eff.allow_direct_io,
         readdirplus: eff.readdirplus && eff.cache != CacheMode::Never,
         allow_mmap: opt.allow_mmap,

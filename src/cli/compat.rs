@@ -35,7 +35,7 @@ pub(super) struct Effective {
     pub(super) allow_direct_io: bool,
     pub(super) killpriv_v2: Tracked<bool>,
     pub(super) posix_acl: String,
-    pub(super) security_label: Tracked<String>,
+    pub(super) security_label: String,
     pub(super) sandbox: Tracked<String>,
     /// The map and how it was given (`--xattrmap` or `-o xattrmap=...`).
     pub(super) xattrmap: Option<(String, String)>,
@@ -57,7 +57,7 @@ impl Effective {
             allow_direct_io: opt.allow_direct_io,
             killpriv_v2: flag(opt.killpriv_v2, "killpriv-v2"),
             posix_acl: opt.posix_acl.clone(),
-            security_label: valued(&opt.security_label, "security-label"),
+            security_label: opt.security_label.clone(),
             sandbox: valued(&opt.sandbox, "sandbox"),
             xattrmap: opt.xattrmap.clone().map(|m| (m, "--xattrmap".to_string())),
             modcaps: opt.modcaps.clone(),
@@ -120,9 +120,9 @@ impl Effective {
                 self.killpriv_v2.set(item == "killpriv_v2", &spelling)
             }
             "posix_acl" | "no_posix_acl" => self.posix_acl = negotiation(item == "posix_acl"),
-            "security_label" | "no_security_label" => self
-                .security_label
-                .set(negotiation(item == "security_label"), &spelling),
+            "security_label" | "no_security_label" => {
+                self.security_label = negotiation(item == "security_label")
+            }
             // Accepted and ignored by virtiofsd too (it never implemented flock/posix locks).
             "no_posix_lock" | "no_flock" => {}
             _ => return Err(invalid_compat_argument(item)),

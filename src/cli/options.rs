@@ -213,7 +213,8 @@ pub(super) struct Opt {
     #[arg(short = 'f')]
     pub(super) compat_foreground: bool,
 
-    /// Enable security label support (implies --xattr) [only "never" is supported yet]
+    /// Enable security label support (implies --xattr): the security context the guest sends
+    /// with each creation is stored as the new node's security.* xattr
     #[arg(long = "security-label", require_equals = true, default_value = "never",
           default_missing_value = "always", num_args = 0..=1, value_name = "never|auto|always",
           value_parser = one_of(Negotiation::VALUES, false))]

@@ -56,6 +56,7 @@ fn defaults_match_virtiofsd() {
             xattrmap: None,
             posix_acl: Negotiation::Never,
             translate: Default::default(),
+            security_label: Negotiation::Never,
             allow_direct_io: false,
             readdirplus: true,
             allow_mmap: false,
@@ -273,8 +274,7 @@ fn compat_o_forms() {
 #[test]
 fn unsupported_options_are_rejected() {
     for (args, expected) in [
-        (&["--security-label"][..], "--security-label=always"),
-        (&["--killpriv-v2"], "--killpriv-v2"),
+        (&["--killpriv-v2"][..], "--killpriv-v2"),
         (&["--no-killpriv-v2", "--killpriv-v2"], "--killpriv-v2"),
         (&["--writeback"], "--writeback"),
         (
@@ -284,7 +284,6 @@ fn unsupported_options_are_rejected() {
         (&["--migration-confirm-paths"], "--migration-confirm-paths"),
         (&["-o", "writeback"], "-o writeback"),
         (&["-o", "killpriv_v2"], "-o killpriv_v2"),
-        (&["-o", "security_label"], "-o security_label"),
     ] {
         assert_eq!(
             fail(args),
@@ -328,6 +327,43 @@ fn posix_acl_and_direct_io() {
     ] {
         assert_eq!(run(args).allow_direct_io, on, "{args:?}");
     }
+}
+
+#[test]
+fn security_label_modes() {
+    for (args, mode) in [
+        (&["--security-label"][..], Negotiation::Always),
+        (&["--security-label=always"], Negotiation::Always),
+        (&["--security-label=auto"], Negotiation::Auto),
+        (&["--security-label=never"], Negotiation::Never),
+        (&[], Negotiation::Never),
+        (&["-o", "security_label"], Negotiation::Always),
+        (
+            &["--security-label=auto", "-o", "no_security_label"],
+            Negotiation::Never,
+        ),
+        (
+            &["-o", "no_security_label,security_label"],
+            Negotiation::Always,
+        ),
+        // mkosi's line.
+        (
+            &[
+                "--security-label",
+                "--no-announce-submounts",
+                "--sandbox=chroot",
+            ],
+            Negotiation::Always,
+        ),
+    ] {
+        let config = run(args);
+        assert_eq!(config.security_label, mode, "{args:?}");
+        // Labels imply --xattr, as in virtiofsd.
+        assert_eq!(config.xattr, mode != Negotiation::Never, "{args:?}");
+    }
+    // `--security-label VALUE` is not a value: `=` is required, as in virtiofsd.
+    assert!(fail(&["--security-label", "auto"]).contains("auto"));
+    assert!(fail(&["--security-label=sometimes"]).contains("sometimes"));
 }
 
 #[test]

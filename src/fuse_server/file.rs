@@ -111,15 +111,24 @@ impl FuseServer {
     ) -> io::Result<u32> {
         let c: CreateIn = read_obj(r)?;
         let body = read_rest(r)?;
-        let (name, _) = take_cstr(&body)?;
-        let created =
-            self.fs
-                .create(&q.ctx, q.nodeid, name, c.mode, c.flags, self.umask(c.umask))?;
+        let (name, rest) = take_cstr(&body)?;
+        let label = self.security_label(q, rest, true)?;
+        let umask = self.umask(c.umask);
+        let created = self.fs.create(
+            &q.ctx,
+            q.nodeid,
+            name,
+            c.mode,
+            c.flags,
+            umask,
+            label.as_ref(),
+        )?;
         reply_created(w, q.unique, &created)
     }
 
     /// TMPFILE: a `fuse_create_in` like CREATE; the kernel appends the placeholder name "/",
-    /// which means nothing and is ignored.
+    /// which means nothing and is ignored, and a security context as for CREATE (optional
+    /// here: virtiofsd has no TMPFILE to follow).
     pub(super) fn do_tmpfile<S: BitmapSlice>(
         &self,
         q: &Req,
@@ -127,9 +136,13 @@ impl FuseServer {
         w: &mut Writer<S>,
     ) -> io::Result<u32> {
         let c: CreateIn = read_obj(r)?;
+        let body = read_rest(r)?;
+        let after_name = take_cstr(&body).map_or(&[][..], |(_, rest)| rest);
+        let label = self.security_label(q, after_name, false)?;
+        let umask = self.umask(c.umask);
         let created = self
             .fs
-            .tmpfile(&q.ctx, q.nodeid, c.mode, c.flags, self.umask(c.umask))?;
+            .tmpfile(&q.ctx, q.nodeid, c.mode, c.flags, umask, label.as_ref())?;
         reply_created(w, q.unique, &created)
     }
 

@@ -51,6 +51,24 @@ fn offered(init: &InitIn) -> u64 {
     }
 }
 
+/// The flags `bits` (all or none) a `--posix-acl`-style `mode` wants from `init`: `auto`
+/// continues without them when the guest does not offer them all, `always` then fails INIT
+/// with EPROTO, as virtiofsd does.
+fn by_mode(mode: Negotiation, init: &InitIn, bits: u64, what: &str) -> Result<u64, i32> {
+    match mode {
+        Negotiation::Never => Ok(0),
+        _ if offered(init) & bits == bits => Ok(bits),
+        Negotiation::Auto => {
+            log::warn!("{what} requested but the guest does not offer them: continuing without");
+            Ok(0)
+        }
+        Negotiation::Always => {
+            log::error!("cannot enable {what}: the guest does not offer them");
+            Err(libc::EPROTO)
+        }
+    }
+}
+
 /// Pure negotiation: the answer to `init`, or the errno to reply with.
 pub fn negotiate(opts: &ServerOptions, init: &InitIn) -> Result<Negotiated, i32> {
     if init.major < KERNEL_VERSION {
@@ -77,17 +95,13 @@ pub fn negotiate(opts: &ServerOptions, init: &InitIn) -> Result<Negotiated, i32>
         wanted |= FUSE_DIRECT_IO_ALLOW_MMAP;
     }
     let acl = FUSE_POSIX_ACL | FUSE_DONT_MASK;
-    match opts.posix_acl {
-        Negotiation::Never => {}
-        _ if offered(init) & acl == acl => wanted |= acl,
-        Negotiation::Auto => {
-            log::warn!("posix ACLs requested but the guest does not offer them: continuing without")
-        }
-        Negotiation::Always => {
-            log::error!("cannot enable posix ACLs: the guest does not offer them");
-            return Err(libc::EPROTO);
-        }
-    }
+    wanted |= by_mode(opts.posix_acl, init, acl, "posix ACLs")?;
+    wanted |= by_mode(
+        opts.security_label,
+        init,
+        FUSE_SECURITY_CTX,
+        "security labels",
+    )?;
     let mut enabled = offered(init) & wanted;
     if enabled & FUSE_INIT_EXT == 0 {
         enabled &= 0xffff_ffff;
@@ -152,6 +166,8 @@ impl FuseServer {
                 let used = reply::ok(w, unique, &[out.as_slice()])?;
                 self.dont_mask
                     .store(out.flags & FUSE_DONT_MASK as u32 != 0, Ordering::Release);
+                let secctx = (u64::from(out.flags2) << 32) & FUSE_SECURITY_CTX != 0;
+                self.secctx.store(secctx, Ordering::Release);
                 self.initialized.store(true, Ordering::Release);
                 Ok(used)
             }
@@ -296,6 +312,33 @@ mod tests {
                 negotiate(&with(Negotiation::Always), &init_in(41, partial)),
                 Err(libc::EPROTO),
                 "{partial:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn security_label_modes() {
+        let with = |security_label| ServerOptions {
+            security_label,
+            ..ServerOptions::default()
+        };
+        let offer = FUSE_INIT_EXT | FUSE_SECURITY_CTX;
+        for mode in [Negotiation::Auto, Negotiation::Always] {
+            let out = session(&with(mode), &init_in(41, offer));
+            assert_eq!(all_flags(&out), offer, "{mode:?}");
+        }
+        assert_eq!(
+            all_flags(&session(&with(Negotiation::Never), &init_in(41, offer))),
+            FUSE_INIT_EXT
+        );
+        // Not offered (or offered in flags2 without FUSE_INIT_EXT, i.e. not at all).
+        for offer in [FUSE_INIT_EXT, FUSE_SECURITY_CTX] {
+            let auto = session(&with(Negotiation::Auto), &init_in(41, offer));
+            assert_eq!(all_flags(&auto) & FUSE_SECURITY_CTX, 0, "{offer:#x}");
+            assert_eq!(
+                negotiate(&with(Negotiation::Always), &init_in(41, offer)),
+                Err(libc::EPROTO),
+                "{offer:#x}"
             );
         }
     }

@@ -7,6 +7,7 @@
 pub mod abi;
 mod counters;
 mod dir;
+mod ext;
 mod file;
 pub mod init;
 mod ops;
@@ -53,6 +54,9 @@ pub struct ServerOptions {
     /// `--posix-acl`: negotiate FUSE_POSIX_ACL | FUSE_DONT_MASK, so the guest kernel enforces
     /// ACLs and leaves the umask to us (see [`FuseServer::umask`]).
     pub posix_acl: Negotiation,
+    /// `--security-label`: negotiate FUSE_SECURITY_CTX, so creating requests carry the security
+    /// context the guest's LSM chose for the new node (see [`ext`]).
+    pub security_label: Negotiation,
 }
 
 impl Default for ServerOptions {
@@ -61,6 +65,7 @@ impl Default for ServerOptions {
             readdirplus: true,
             allow_direct_io_mmap: false,
             posix_acl: Negotiation::Never,
+            security_label: Negotiation::Never,
         }
     }
 }
@@ -73,6 +78,9 @@ pub(crate) struct Req {
     pub unique: u64,
     pub nodeid: u64,
     pub ctx: Context,
+    /// The request's extension bytes (`total_extlen`), kept only for the creating opcodes under
+    /// FUSE_SECURITY_CTX; empty otherwise.
+    pub ext: Vec<u8>,
 }
 
 pub struct FuseServer {
@@ -82,6 +90,8 @@ pub struct FuseServer {
     initialized: AtomicBool,
     /// The last INIT negotiated FUSE_DONT_MASK: creation requests carry the umask to apply.
     dont_mask: AtomicBool,
+    /// The last INIT negotiated FUSE_SECURITY_CTX: creating requests carry a security context.
+    secctx: AtomicBool,
     /// Requests, and data bytes moved (READ: file → guest, WRITE: guest → file), per opcode slot.
     counters: Counters<{ UNKNOWN_SLOT + 1 }>,
 }
@@ -128,6 +138,7 @@ impl FuseServer {
             opts,
             initialized: AtomicBool::new(false),
             dont_mask: AtomicBool::new(false),
+            secctx: AtomicBool::new(false),
             counters: Counters::default(),
         }
     }
@@ -211,8 +222,8 @@ impl FuseServer {
             return reply::error(&mut w, unique, libc::EINVAL);
         }
         self.count(h.opcode);
-        match self.prepare(&h, readable, &mut r) {
-            Ok(()) => {}
+        let ext = match self.prepare(&h, readable, &mut r) {
+            Ok(ext) => ext,
             Err(e) => {
                 log::warn!(
                     "malformed request: opcode {} unique {} len {} extlen {} (readable {readable})",
@@ -223,7 +234,7 @@ impl FuseServer {
                 );
                 return reply::error(&mut w, h.unique, errno_of(&e));
             }
-        }
+        };
         let q = Req {
             unique: h.unique,
             nodeid: h.nodeid,
@@ -232,6 +243,7 @@ impl FuseServer {
                 gid: h.gid,
                 pid: h.pid,
             },
+            ext,
         };
         let initialized = self.initialized.load(Ordering::Acquire);
         // Requests that take no reply. Outside a session there is nothing to forget.
@@ -274,25 +286,58 @@ impl FuseServer {
     }
 
     /// Checks the header's lengths and limits `r` to the request body (without extensions).
+    /// Returns the extension bytes of a creating request under FUSE_SECURITY_CTX (see
+    /// [`ext`]); other requests' extensions are skipped by their length.
     fn prepare<S: BitmapSlice>(
         &self,
         h: &InHeader,
         readable: usize,
         r: &mut Reader<S>,
-    ) -> io::Result<()> {
+    ) -> io::Result<Vec<u8>> {
         let len = h.len as usize;
         let header = std::mem::size_of::<InHeader>();
         if len < header || len > readable {
             return Err(einval());
         }
-        // We negotiate no request extensions (SECURITY_CTX, CREATE_SUPP_GROUP): if some come
-        // anyway, they sit at the end of the body; skip them by their length.
         let ext = usize::from(h.total_extlen) * 8;
         let body = (len - header).checked_sub(ext).ok_or_else(einval)?;
-        if body < r.available_bytes() {
-            r.split_at(body).map_err(|_| einval())?;
+        if body >= r.available_bytes() {
+            return Ok(Vec::new());
         }
-        Ok(())
+        let mut tail = r.split_at(body).map_err(|_| einval())?;
+        let creating = matches!(
+            h.opcode,
+            FUSE_CREATE | FUSE_MKNOD | FUSE_MKDIR | FUSE_SYMLINK | FUSE_TMPFILE
+        );
+        if ext == 0 || !creating || !self.secctx.load(Ordering::Acquire) {
+            return Ok(Vec::new());
+        }
+        if ext > ext::MAX_EXT_LEN {
+            return Err(einval());
+        }
+        let mut bytes = vec![0u8; ext];
+        tail.read_exact(&mut bytes).map_err(|_| einval())?;
+        Ok(bytes)
+    }
+
+    /// The security context a creating request carries (`None` without FUSE_SECURITY_CTX):
+    /// from its extension, or for a 7.36/7.37 guest (no `total_extlen`) from `after_names`,
+    /// the body bytes after its names. `required` for CREATE, MKNOD, MKDIR and SYMLINK.
+    fn security_label(
+        &self,
+        q: &Req,
+        after_names: &[u8],
+        required: bool,
+    ) -> io::Result<Option<crate::passthrough::SecurityLabel>> {
+        if !self.secctx.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let bytes = if q.ext.is_empty() {
+            after_names
+        } else {
+            &q.ext
+        };
+        ext::security_label(bytes, required)
     }
 
     fn dispatch<S: BitmapSlice>(

@@ -174,8 +174,11 @@ impl FuseServer {
     ) -> io::Result<u32> {
         let body = read_rest(r)?;
         let (name, rest) = take_cstr(&body)?;
-        let (target, _) = take_cstr(rest)?;
-        let e = self.fs.symlink(&q.ctx, q.nodeid, name, target)?;
+        let (target, rest) = take_cstr(rest)?;
+        let label = self.security_label(q, rest, true)?;
+        let e = self
+            .fs
+            .symlink(&q.ctx, q.nodeid, name, target, label.as_ref())?;
         reply_entry(w, q.unique, &e)
     }
 
@@ -187,10 +190,18 @@ impl FuseServer {
     ) -> io::Result<u32> {
         let m: MknodIn = read_obj(r)?;
         let body = read_rest(r)?;
-        let (name, _) = take_cstr(&body)?;
-        let e = self
-            .fs
-            .mknod(&q.ctx, q.nodeid, name, m.mode, m.rdev, self.umask(m.umask))?;
+        let (name, rest) = take_cstr(&body)?;
+        let label = self.security_label(q, rest, true)?;
+        let umask = self.umask(m.umask);
+        let e = self.fs.mknod(
+            &q.ctx,
+            q.nodeid,
+            name,
+            m.mode,
+            m.rdev,
+            umask,
+            label.as_ref(),
+        )?;
         reply_entry(w, q.unique, &e)
     }
 
@@ -202,10 +213,12 @@ impl FuseServer {
     ) -> io::Result<u32> {
         let m: MkdirIn = read_obj(r)?;
         let body = read_rest(r)?;
-        let (name, _) = take_cstr(&body)?;
+        let (name, rest) = take_cstr(&body)?;
+        let label = self.security_label(q, rest, true)?;
+        let umask = self.umask(m.umask);
         let e = self
             .fs
-            .mkdir(&q.ctx, q.nodeid, name, m.mode, self.umask(m.umask))?;
+            .mkdir(&q.ctx, q.nodeid, name, m.mode, umask, label.as_ref())?;
         reply_entry(w, q.unique, &e)
     }
 

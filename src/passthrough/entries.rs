@@ -10,6 +10,7 @@ use fuse_backend_rs::abi::fuse_abi::SetattrIn;
 
 use super::file_handle::FileHandle;
 use super::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
+use super::labels::{make_node, NewNode, SecurityLabel};
 use super::sys;
 use super::{
     check_name, err, Attr, Context, Entry, InodeFileHandles, PassthroughFs, FUSE_ATTR_SUBMOUNT,
@@ -347,43 +348,51 @@ impl PassthroughFs {
         sys::readlink(self.path_fd(&inode)?.as_fd())
     }
 
-    /// Runs `make(dirfd, mask)` (a syscall creating `name` in `parent`, with the bits `mask`
-    /// cleared from its mode) with the caller's credentials, then looks the new name up. `umask`
-    /// is the guest's, when it left it to us (see [`PassthroughFs::creation_umask`]).
-    fn create_node(
+    /// Creates `node(mask)` (with the bits `mask` cleared from its mode) as `name` in `parent`
+    /// with the caller's credentials, labelled first when the guest sent a security context
+    /// (see [`super::labels`]), then looks the new name up. `umask` is the guest's, when it left
+    /// it to us (see [`PassthroughFs::creation_umask`]).
+    fn create_node<'t>(
         &self,
         ctx: &Context,
         parent: u64,
         name: &CStr,
         umask: Option<u32>,
-        make: impl Fn(BorrowedFd, u32) -> io::Result<()>,
+        label: Option<&SecurityLabel>,
+        node: impl Fn(u32) -> NewNode<'t>,
     ) -> io::Result<Entry> {
         self.check_writable()?;
         check_name(name)?;
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
         let mask = self.creation_umask(fd.as_fd(), umask)?;
-        {
-            let _creds = self.as_caller(ctx)?;
-            self.retry_nospace(|| make(fd.as_fd(), mask))?;
+        match label {
+            Some(label) => drop(self.create_labelled(ctx, fd.as_fd(), name, node(mask), label)?),
+            None => {
+                let _creds = self.as_caller(ctx)?;
+                self.retry_nospace(|| make_node(fd.as_fd(), name, &node(mask)))?;
+            }
         }
         self.lookup_at(&dir, fd.as_fd(), name)
     }
 
+    /// `label`: the security context the guest sent, if any.
     pub fn symlink(
         &self,
         ctx: &Context,
         parent: u64,
         name: &CStr,
         target: &CStr,
+        label: Option<&SecurityLabel>,
     ) -> io::Result<Entry> {
-        self.create_node(ctx, parent, name, None, |d, _| {
-            sys::symlinkat(target, d, name)
+        self.create_node(ctx, parent, name, None, label, |_| NewNode::Symlink {
+            target,
         })
     }
 
     /// `mode` includes the file type bits; `umask` is `Some` when the guest kernel left it to
-    /// us (FUSE_DONT_MASK).
+    /// us (FUSE_DONT_MASK); `label` as for [`PassthroughFs::symlink`].
+    #[allow(clippy::too_many_arguments)]
     pub fn mknod(
         &self,
         ctx: &Context,
@@ -392,13 +401,15 @@ impl PassthroughFs {
         mode: u32,
         rdev: u32,
         umask: Option<u32>,
+        label: Option<&SecurityLabel>,
     ) -> io::Result<Entry> {
-        self.create_node(ctx, parent, name, umask, |d, mask| {
-            sys::mknodat(d, name, mode & !mask, rdev)
+        self.create_node(ctx, parent, name, umask, label, |mask| NewNode::Special {
+            mode: mode & !mask,
+            rdev,
         })
     }
 
-    /// `umask` as for [`PassthroughFs::mknod`].
+    /// `umask` as for [`PassthroughFs::mknod`], `label` as for [`PassthroughFs::symlink`].
     pub fn mkdir(
         &self,
         ctx: &Context,
@@ -406,9 +417,10 @@ impl PassthroughFs {
         name: &CStr,
         mode: u32,
         umask: Option<u32>,
+        label: Option<&SecurityLabel>,
     ) -> io::Result<Entry> {
-        self.create_node(ctx, parent, name, umask, |d, mask| {
-            sys::mkdirat(d, name, mode & !mask)
+        self.create_node(ctx, parent, name, umask, label, |mask| NewNode::Dir {
+            mode: mode & !mask,
         })
     }
 

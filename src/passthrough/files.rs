@@ -8,6 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 
 use super::handle_table::OpenFile;
 use super::inode_table::{Inode, InodeKey, InodeSource};
+use super::labels::{NewNode, SecurityLabel};
 use super::sys;
 use super::{
     check_name, err, Context, Entry, Opened, PassthroughFs, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE,
@@ -66,7 +67,8 @@ impl PassthroughFs {
         })
     }
 
-    /// `umask` as for [`PassthroughFs::mknod`].
+    /// `umask` as for [`PassthroughFs::mknod`], `label` as for [`PassthroughFs::symlink`].
+    #[allow(clippy::too_many_arguments)]
     pub fn create(
         &self,
         ctx: &Context,
@@ -75,6 +77,7 @@ impl PassthroughFs {
         mode: u32,
         flags: u32,
         umask: Option<u32>,
+        label: Option<&SecurityLabel>,
     ) -> io::Result<(Entry, Opened)> {
         self.check_writable()?;
         check_name(name)?;
@@ -89,9 +92,17 @@ impl PassthroughFs {
         let dirfd = self.path_fd(&dir)?;
         let mask = self.creation_umask(dirfd.as_fd(), umask)?;
         let token = self.take_token()?;
-        let fd = {
-            let _creds = self.as_caller(ctx)?;
-            self.retry_nospace(|| sys::openat(dirfd.as_fd(), name, flags, mode & 0o7777 & !mask))?
+        let mode = mode & 0o7777 & !mask;
+        let fd = match label {
+            Some(label) => {
+                let node = NewNode::File { flags, mode };
+                let fd = self.create_labelled(ctx, dirfd.as_fd(), name, node, label)?;
+                fd.ok_or_else(|| err(libc::EIO))?
+            }
+            None => {
+                let _creds = self.as_caller(ctx)?;
+                self.retry_nospace(|| sys::openat(dirfd.as_fd(), name, flags, mode))?
+            }
         };
         let entry = self.lookup_at(&dir, dirfd.as_fd(), name)?;
         let fh = self
@@ -108,7 +119,7 @@ impl PassthroughFs {
 
     /// O_TMPFILE in directory `parent`. The unnamed inode is held by an O_PATH fd (a handle of
     /// an unlinked inode cannot be opened again), so LINK can give it a name later. `umask` as
-    /// for CREATE.
+    /// for CREATE; `label`, if any, is set before the reply (the file has no name meanwhile).
     pub fn tmpfile(
         &self,
         ctx: &Context,
@@ -116,6 +127,7 @@ impl PassthroughFs {
         mode: u32,
         flags: u32,
         umask: Option<u32>,
+        label: Option<&SecurityLabel>,
     ) -> io::Result<(Entry, Opened)> {
         self.check_writable()?;
         let mut flags = self.open_flags(flags)? & !libc::O_TRUNC;
@@ -134,6 +146,9 @@ impl PassthroughFs {
             let mode = mode & 0o7777 & !mask;
             sys::openat(dirfd.as_fd(), c".", flags | libc::O_TMPFILE, mode)?
         };
+        if let Some(label) = label {
+            self.label_fd(fd.as_fd(), label)?;
+        }
         let path_fd = sys::reopen(self.proc_self_fd.as_fd(), fd.as_fd(), libc::O_PATH)?;
         let st = sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
         let key = InodeKey {

@@ -11,7 +11,8 @@
 //! dir changes nothing.
 //!
 //! Split: `entries` (names: lookup, create, link, rename, attributes), `files` (open files and
-//! data), `dirs` (directory handles), `xattrs`, `acl` (the umask under `--posix-acl`).
+//! data), `dirs` (directory handles), `xattrs`, `acl` (the umask under `--posix-acl`), `labels`
+//! (creation with a security context, `--security-label`).
 
 mod acl;
 mod credentials;
@@ -24,6 +25,7 @@ mod files;
 mod handle_table;
 pub mod id_map;
 mod inode_table;
+mod labels;
 pub(crate) mod sys;
 pub mod xattr_map;
 mod xattrs;
@@ -41,6 +43,7 @@ use self::fd_cache::FdCache;
 use self::file_handle::{FileHandle, MountFds};
 use self::handle_table::HandleTable;
 use self::inode_table::{Inode, InodeFd, InodeKey, InodeSource, InodeTable};
+pub use self::labels::SecurityLabel;
 use crate::option_values::option_values;
 
 /// The caller of one request, from `fuse_in_header`.

@@ -45,7 +45,7 @@ impl PassthroughFs {
 
     /// The host name of a guest name; `bad` is `refused` (EPERM, or ENODATA for GETXATTR as
     /// in virtiofsd), `unsupported` is EOPNOTSUPP.
-    fn host_name<'a>(&self, name: &'a CStr, refused: i32) -> io::Result<Cow<'a, CStr>> {
+    pub(super) fn host_name<'a>(&self, name: &'a CStr, refused: i32) -> io::Result<Cow<'a, CStr>> {
         match &self.cfg.xattrmap {
             None => Ok(Cow::Borrowed(name)),
             Some(map) => match map.to_host(name) {

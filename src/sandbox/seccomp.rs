@@ -132,6 +132,8 @@ pub const ALLOWED: &[libc::c_long] = &[
     libc::SYS_fsetxattr,
     libc::SYS_flistxattr,
     libc::SYS_fremovexattr,
+    // Security labels of new symlinks and special files (passthrough/labels.rs).
+    crate::passthrough::sys::xattr::SYS_SETXATTRAT,
     libc::SYS_flock,
     // Removing the pid file and the socket on exit (ENOENT once confined, but not fatal).
     libc::SYS_unlink,

@@ -194,6 +194,30 @@ pub fn link_fd(fd: BorrowedFd, dir: BorrowedFd, name: &CStr) -> io::Result<()> {
     .map(drop)
 }
 
+/// Links the file `fd` is open on (an O_TMPFILE file among others) as `name` in `dir`, through
+/// its `/proc/self/fd` magic link (`proc_self_fd` is that directory): unlike AT_EMPTY_PATH this
+/// needs no CAP_DAC_READ_SEARCH, so it works under a guest caller's fsuid, which the host then
+/// checks for write access to `dir`.
+pub fn link_proc(
+    proc_self_fd: BorrowedFd,
+    fd: BorrowedFd,
+    dir: BorrowedFd,
+    name: &CStr,
+) -> io::Result<()> {
+    let proc_name = proc_name(fd);
+    // SAFETY: valid fds and C strings.
+    check(unsafe {
+        libc::linkat(
+            proc_self_fd.as_raw_fd(),
+            proc_name.as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    })
+    .map(drop)
+}
+
 /// chown of what `fd` refers to, never following a symlink; `u32::MAX` leaves an id as it is.
 pub fn fchown_fd(fd: BorrowedFd, uid: u32, gid: u32) -> io::Result<()> {
     // SAFETY: valid fd, empty path with AT_EMPTY_PATH.

@@ -1,0 +1,575 @@
+//! `--security-label` against a real daemon: FUSE_SECURITY_CTX negotiation in each mode, the
+//! security context a Linux guest appends to CREATE, MKNOD, MKDIR, SYMLINK and TMPFILE stored
+//! as the host xattr (through `--xattrmap`), no moment at which the new name exists on the host
+//! without its label, and malformed extensions answered with EINVAL.
+//!
+//! The host has no LSM loaded: root may still set `security.selinux` on ext4 and tmpfs, which
+//! is all this needs.
+
+mod common;
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::fuse_abi::*;
+use common::fuse_client::{from_bytes, XattrReply};
+use common::{FuseClient, Session};
+use vm_memory::ByteValued;
+
+const SELINUX: &str = "security.selinux";
+const CTX: &[u8] = b"system_u:object_r:container_file_t:s0\0";
+const HDR: usize = 16;
+const ENTRY: usize = 128;
+
+/// A `fuse_secctx_header` record with one context, padded to 8 bytes, as Linux builds it.
+fn secctx(name: &str, value: &[u8]) -> Vec<u8> {
+    let mut ctx = (value.len() as u32).to_le_bytes().to_vec();
+    ctx.extend([0; 4]);
+    ctx.extend(name.as_bytes());
+    ctx.push(0);
+    ctx.extend(value);
+    let size = (8 + ctx.len()).next_multiple_of(8);
+    let mut v = (size as u32).to_le_bytes().to_vec();
+    v.extend(1u32.to_le_bytes());
+    v.extend(ctx);
+    v.resize(size, 0);
+    v
+}
+
+fn cstr(s: &str) -> Vec<u8> {
+    CString::new(s).unwrap().into_bytes_with_nul()
+}
+
+/// How the extension travels: as a 7.38 extension (`total_extlen`), or appended after the
+/// names with `total_extlen` 0, as a 7.36/7.37 guest (Linux 5.17 to 6.3) sends it.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Carry {
+    Extlen,
+    AfterNames,
+}
+
+/// Sends `opcode` with `body` and `ext` appended; the reply body or the errno.
+fn send(
+    c: &FuseClient,
+    opcode: u32,
+    parent: u64,
+    body: &[u8],
+    ext: &[u8],
+    carry: Carry,
+) -> Result<Vec<u8>, i32> {
+    let mut full = body.to_vec();
+    full.extend(ext);
+    let extlen = match carry {
+        Carry::Extlen => (ext.len() / 8) as u16,
+        Carry::AfterNames => 0,
+    };
+    let req = c.request_with_ext(opcode, parent, &full, extlen);
+    let reply = c
+        .guest()
+        .roundtrip(c.queue(), &req, HDR + ENTRY + 16)
+        .unwrap();
+    FuseClient::parse_reply(&req, &reply)
+}
+
+/// One creating request of each kind (`name` in `parent`), its body without extension.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Op {
+    Create,
+    Mkdir,
+    Mknod,
+    Symlink,
+}
+
+const OPS: [Op; 4] = [Op::Create, Op::Mkdir, Op::Mknod, Op::Symlink];
+
+fn body(op: Op, name: &str) -> (u32, Vec<u8>) {
+    let (opcode, mut b) = match op {
+        Op::Create => {
+            let i = CreateIn {
+                flags: (libc::O_RDWR | libc::O_CREAT | libc::O_EXCL) as u32,
+                mode: libc::S_IFREG | 0o644,
+                umask: 0o022,
+                fuse_flags: 0,
+            };
+            (FUSE_CREATE, i.as_slice().to_vec())
+        }
+        Op::Mkdir => (
+            FUSE_MKDIR,
+            MkdirIn {
+                mode: 0o755,
+                umask: 0o022,
+            }
+            .as_slice()
+            .to_vec(),
+        ),
+        Op::Mknod => (
+            FUSE_MKNOD,
+            MknodIn {
+                mode: libc::S_IFIFO | 0o644,
+                rdev: 0,
+                umask: 0o022,
+                padding: 0,
+            }
+            .as_slice()
+            .to_vec(),
+        ),
+        Op::Symlink => (FUSE_SYMLINK, Vec::new()),
+    };
+    b.extend(cstr(name));
+    if op == Op::Symlink {
+        b.extend(cstr("target-of-the-link"));
+    }
+    (opcode, b)
+}
+
+/// Creates `name` in the root with `ext`; the new entry (a CREATE's file is released).
+fn create(c: &FuseClient, op: Op, name: &str, ext: &[u8], carry: Carry) -> Result<EntryOut, i32> {
+    let (opcode, b) = body(op, name);
+    let reply = send(c, opcode, FUSE_ROOT_ID, &b, ext, carry)?;
+    let e: EntryOut = from_bytes(&reply, "entry");
+    if op == Op::Create {
+        let o: OpenOut = from_bytes(&reply[ENTRY..], "open");
+        c.release(e.nodeid, o.fh, libc::O_RDWR as u32).unwrap();
+    }
+    Ok(e)
+}
+
+fn lget(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let path = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid C strings; `buf` is writable for its length.
+    let r = unsafe {
+        libc::lgetxattr(
+            path.as_ptr(),
+            n.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+/// The names in the share (the staging directories must be gone).
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn kind_of(p: &Path) -> u32 {
+    fs::symlink_metadata(p).unwrap().mode() & libc::S_IFMT
+}
+
+#[test]
+fn negotiation_follows_the_mode() {
+    for (args, offered, expect) in [
+        (&[][..], true, Ok(false)),
+        (&["--security-label=never"], true, Ok(false)),
+        (&["-o", "no_security_label"], true, Ok(false)),
+        (&["--security-label=auto"], true, Ok(true)),
+        (&["--security-label=auto"], false, Ok(false)),
+        (&["--security-label"], true, Ok(true)),
+        (&["-o", "security_label"], true, Ok(true)),
+        (&["--security-label=always"], false, Err(libc::EPROTO)),
+    ] {
+        let mut s = Session::start(args);
+        // The session above negotiated with the Linux 6.12 flags; start over with the offer.
+        let flags = if offered {
+            LINUX_6_12_VIRTIOFS_INIT_FLAGS
+        } else {
+            LINUX_6_12_VIRTIOFS_INIT_FLAGS & !FUSE_SECURITY_CTX
+        };
+        let got = s
+            .client
+            .init_with(flags)
+            .map(|_| s.client.flags() & FUSE_SECURITY_CTX != 0);
+        assert_eq!(got, expect, "{args:?} offered={offered}");
+        assert!(s.daemon.is_alive());
+    }
+}
+
+#[test]
+fn each_creating_op_stores_the_label_before_the_reply() {
+    let s = Session::start(&["--security-label"]);
+    let c = &s.client;
+    assert_ne!(c.flags() & FUSE_SECURITY_CTX, 0);
+    for carry in [Carry::Extlen, Carry::AfterNames] {
+        for op in OPS {
+            let name = format!("{op:?}-{carry:?}");
+            let e = create(c, op, &name, &secctx(SELINUX, CTX), carry)
+                .unwrap_or_else(|e| panic!("{op:?} {carry:?}: errno {e}"));
+            let host = s.shared.join(&name);
+            assert_eq!(lget(&host, SELINUX), Ok(CTX.to_vec()), "{op:?} {carry:?}");
+            let expect_kind = match op {
+                Op::Create => libc::S_IFREG,
+                Op::Mkdir => libc::S_IFDIR,
+                Op::Mknod => libc::S_IFIFO,
+                Op::Symlink => libc::S_IFLNK,
+            };
+            assert_eq!(kind_of(&host), expect_kind, "{op:?}");
+            assert_eq!(e.attr.mode & libc::S_IFMT, expect_kind, "{op:?}");
+            if op != Op::Symlink {
+                // The guest's umask is applied by the guest (no DONT_MASK): the mode as sent.
+                let perm = fs::symlink_metadata(&host).unwrap().permissions().mode() & 0o7777;
+                assert_eq!(perm, if op == Op::Mkdir { 0o755 } else { 0o644 }, "{op:?}");
+            }
+            // The guest reads it back through GETXATTR.
+            if matches!(op, Op::Create | Op::Mkdir) {
+                match c.getxattr(e.nodeid, SELINUX, 4096).unwrap() {
+                    XattrReply::Data(v) => assert_eq!(v, CTX),
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+    }
+    assert_eq!(
+        fs::read_link(s.shared.join("Symlink-Extlen")).unwrap(),
+        Path::new("target-of-the-link")
+    );
+    // An empty header (no LSM in the guest): created, unlabelled.
+    let bare = [8u8, 0, 0, 0, 0, 0, 0, 0];
+    for op in OPS {
+        let name = format!("{op:?}-bare");
+        create(c, op, &name, &bare, Carry::Extlen).unwrap();
+        assert_eq!(
+            lget(&s.shared.join(&name), SELINUX),
+            Err(libc::ENODATA),
+            "{op:?}"
+        );
+    }
+    // Only the created names: no staging directory left behind.
+    assert!(
+        listing(s.shared.path())
+            .iter()
+            .all(|n| !n.starts_with(".vhostfs")),
+        "{:?}",
+        listing(s.shared.path())
+    );
+    assert_eq!(listing(s.shared.path()).len(), 12);
+}
+
+#[test]
+fn a_guest_user_gets_its_own_node_and_existing_names_are_kept() {
+    let s = Session::start(&["--security-label"]);
+    fs::set_permissions(s.shared.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let user = s.client.with_creds(1000, 1000);
+    for op in OPS {
+        let name = format!("{op:?}-user");
+        create(&user, op, &name, &secctx(SELINUX, CTX), Carry::Extlen).unwrap();
+        let host = s.shared.join(&name);
+        let md = fs::symlink_metadata(&host).unwrap();
+        assert_eq!((md.uid(), md.gid()), (1000, 1000), "{op:?}");
+        assert_eq!(lget(&host, SELINUX), Ok(CTX.to_vec()), "{op:?}");
+    }
+    // A guest user without write access to the directory creates nothing.
+    fs::create_dir(s.shared.join("closed")).unwrap();
+    let closed = s.client.lookup(FUSE_ROOT_ID, "closed").unwrap();
+    for op in OPS {
+        let (opcode, b) = body(op, "x");
+        let r = send(
+            &user,
+            opcode,
+            closed.nodeid,
+            &b,
+            &secctx(SELINUX, CTX),
+            Carry::Extlen,
+        );
+        assert_eq!(r.err(), Some(libc::EACCES), "{op:?}");
+    }
+    assert!(listing(&s.shared.join("closed")).is_empty());
+    // An existing name: EEXIST (exclusive), and the existing node keeps its (missing) label.
+    fs::write(s.shared.join("existing"), b"old").unwrap();
+    for op in OPS {
+        let r = create(
+            &s.client,
+            op,
+            "existing",
+            &secctx(SELINUX, CTX),
+            Carry::Extlen,
+        );
+        assert_eq!(r.err(), Some(libc::EEXIST), "{op:?}");
+    }
+    // A CREATE without O_EXCL opens the existing file, as without labels.
+    let i = CreateIn {
+        flags: libc::O_RDWR as u32,
+        mode: libc::S_IFREG | 0o644,
+        umask: 0,
+        fuse_flags: 0,
+    };
+    let mut b = i.as_slice().to_vec();
+    b.extend(cstr("existing"));
+    let reply = send(
+        &s.client,
+        FUSE_CREATE,
+        FUSE_ROOT_ID,
+        &b,
+        &secctx(SELINUX, CTX),
+        Carry::Extlen,
+    )
+    .unwrap();
+    let e: EntryOut = from_bytes(&reply, "entry");
+    let o: OpenOut = from_bytes(&reply[ENTRY..], "open");
+    assert_eq!(s.client.read(e.nodeid, o.fh, 0, 16).unwrap(), b"old");
+    assert_eq!(
+        lget(&s.shared.join("existing"), SELINUX),
+        Err(libc::ENODATA)
+    );
+    assert!(listing(s.shared.path())
+        .iter()
+        .all(|n| !n.starts_with(".vhostfs")));
+}
+
+#[test]
+fn tmpfile_is_labelled_before_it_gets_a_name() {
+    let s = Session::start(&["--security-label"]);
+    let c = &s.client;
+    let i = CreateIn {
+        flags: libc::O_RDWR as u32,
+        mode: libc::S_IFREG | 0o600,
+        umask: 0,
+        fuse_flags: 0,
+    };
+    let mut b = i.as_slice().to_vec();
+    b.extend(cstr("/"));
+    let reply = send(
+        c,
+        FUSE_TMPFILE,
+        FUSE_ROOT_ID,
+        &b,
+        &secctx(SELINUX, CTX),
+        Carry::Extlen,
+    )
+    .unwrap();
+    let e: EntryOut = from_bytes(&reply, "entry");
+    c.link(e.nodeid, FUSE_ROOT_ID, "linked-tmpfile").unwrap();
+    assert_eq!(
+        lget(&s.shared.join("linked-tmpfile"), SELINUX),
+        Ok(CTX.to_vec())
+    );
+}
+
+#[test]
+fn the_label_name_goes_through_the_xattr_map() {
+    let s = Session::start(&[
+        "--security-label",
+        "--xattrmap=:map:security.:user.virtiofs.:",
+    ]);
+    for op in [Op::Create, Op::Mkdir] {
+        let name = format!("{op:?}-mapped");
+        let e = create(&s.client, op, &name, &secctx(SELINUX, CTX), Carry::Extlen).unwrap();
+        let host = s.shared.join(&name);
+        assert_eq!(
+            lget(&host, "user.virtiofs.security.selinux"),
+            Ok(CTX.to_vec()),
+            "{op:?}"
+        );
+        assert_eq!(lget(&host, SELINUX), Err(libc::ENODATA), "{op:?}");
+        // The guest sees its own name.
+        match s.client.getxattr(e.nodeid, SELINUX, 4096).unwrap() {
+            XattrReply::Data(v) => assert_eq!(v, CTX),
+            other => panic!("{other:?}"),
+        }
+    }
+    drop(s);
+    // A map that refuses the name: the creation fails as a SETXATTR would (EPERM), nothing left.
+    let s = Session::start(&[
+        "--security-label",
+        "--xattrmap=:bad:all:security.:::ok:all:::",
+    ]);
+    for op in OPS {
+        let r = create(
+            &s.client,
+            op,
+            "refused",
+            &secctx(SELINUX, CTX),
+            Carry::Extlen,
+        );
+        assert_eq!(r.err(), Some(libc::EPERM), "{op:?}");
+    }
+    assert!(
+        listing(s.shared.path()).is_empty(),
+        "{:?}",
+        listing(s.shared.path())
+    );
+}
+
+#[test]
+fn malformed_extensions_are_einval_and_create_nothing() {
+    let mut s = Session::start(&["--security-label"]);
+    let good = secctx(SELINUX, CTX);
+    let with = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut v = good.clone();
+        f(&mut v);
+        v
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("missing", Vec::new()),
+        (
+            "two contexts",
+            with(&|v| v[4..8].copy_from_slice(&2u32.to_le_bytes())),
+        ),
+        ("two records", [good.clone(), good.clone()].concat()),
+        (
+            "supplementary groups",
+            with(&|v| v[4..8].copy_from_slice(&32u32.to_le_bytes())),
+        ),
+        (
+            "unknown type",
+            with(&|v| v[4..8].copy_from_slice(&77u32.to_le_bytes())),
+        ),
+        (
+            "record overruns",
+            with(&|v| v[0..4].copy_from_slice(&4096u32.to_le_bytes())),
+        ),
+        (
+            "record below header",
+            with(&|v| v[0..4].copy_from_slice(&4u32.to_le_bytes())),
+        ),
+        (
+            "context overruns",
+            with(&|v| v[8..12].copy_from_slice(&4000u32.to_le_bytes())),
+        ),
+        (
+            "zero context",
+            with(&|v| v[8..12].copy_from_slice(&0u32.to_le_bytes())),
+        ),
+        (
+            "cut header",
+            good[..8]
+                .iter()
+                .copied()
+                .chain([1u8, 0, 0, 0, 0, 0, 0, 0])
+                .collect(),
+        ),
+        ("not security.*", secctx("trusted.overlay.opaque", b"y")),
+    ];
+    for (what, ext) in &cases {
+        for op in OPS {
+            let r = create(&s.client, op, "bad", ext, Carry::Extlen);
+            assert_eq!(r.err(), Some(libc::EINVAL), "{what} {op:?}");
+        }
+    }
+    // total_extlen claiming more than the request holds.
+    let (opcode, b) = body(Op::Mkdir, "bad");
+    let mut req = s.client.request_with_ext(opcode, FUSE_ROOT_ID, &b, 200);
+    req.extend(&good);
+    let len = req.len() as u32;
+    req[0..4].copy_from_slice(&len.to_le_bytes());
+    let reply = s.client.guest().roundtrip(0, &req, HDR + ENTRY).unwrap();
+    assert_eq!(
+        FuseClient::parse_reply(&req, &reply).err(),
+        Some(libc::EINVAL)
+    );
+    assert!(
+        listing(s.shared.path()).is_empty(),
+        "{:?}",
+        listing(s.shared.path())
+    );
+    assert!(s.daemon.is_alive());
+    // Still serving.
+    create(&s.client, Op::Create, "good", &good, Carry::Extlen).unwrap();
+}
+
+/// The invariant itself: while labelled nodes are created over and over, a host thread that
+/// keeps looking at the name, and a second request queue that keeps sending LOOKUP and
+/// GETXATTR for it, never find it without its label.
+#[test]
+fn no_window_without_the_label() {
+    let s = Session::start_with_queues(&["--security-label"], 2);
+    let c = &s.client;
+    let prober = c.on_queue(1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let path: PathBuf = s.shared.join("node");
+    let host = {
+        let (stop, seen, path) = (Arc::clone(&stop), Arc::clone(&seen), path.clone());
+        std::thread::spawn(move || {
+            let mut unlabelled = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if fs::symlink_metadata(&path).is_err() {
+                    continue;
+                }
+                match lget(&path, SELINUX) {
+                    Ok(v) => {
+                        assert_eq!(v, CTX);
+                        seen.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Removed between the two calls.
+                    Err(libc::ENOENT) => {}
+                    Err(e) => unlabelled.push(e),
+                }
+            }
+            unlabelled
+        })
+    };
+    let guest = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let (mut labelled, mut unlabelled) = (0, 0);
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(e) = prober.lookup(FUSE_ROOT_ID, "node") else {
+                    continue;
+                };
+                match prober.getxattr(e.nodeid, SELINUX, 4096) {
+                    Ok(XattrReply::Data(v)) if v == CTX => labelled += 1,
+                    // The node went away (EBADF/ENOENT/ESTALE) or is a FIFO/symlink (EOPNOTSUPP).
+                    Err(libc::ENOENT | libc::ESTALE | libc::EOPNOTSUPP | libc::EBADF) => {}
+                    other => {
+                        eprintln!("unlabelled: {other:?}");
+                        unlabelled += 1
+                    }
+                }
+                prober.forget(e.nodeid, 1);
+            }
+            (labelled, unlabelled)
+        })
+    };
+    for round in 0..150 {
+        let op = OPS[round % OPS.len()];
+        let e = create(c, op, "node", &secctx(SELINUX, CTX), Carry::Extlen).unwrap();
+        c.forget(e.nodeid, 1);
+        if op == Op::Mkdir {
+            c.rmdir(FUSE_ROOT_ID, "node").unwrap();
+        } else {
+            c.unlink(FUSE_ROOT_ID, "node").unwrap();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let unlabelled_host = host.join().unwrap();
+    let (labelled_guest, unlabelled_guest) = guest.join().unwrap();
+    assert!(
+        unlabelled_host.is_empty(),
+        "the host saw the name without its label {} times (errnos {:?})",
+        unlabelled_host.len(),
+        unlabelled_host
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    assert_eq!(
+        unlabelled_guest, 0,
+        "a LOOKUP found the node without its label"
+    );
+    // The observers did observe (else the test proves nothing).
+    assert!(
+        seen.load(Ordering::Relaxed) > 0,
+        "the host thread never saw the node"
+    );
+    eprintln!(
+        "host saw the labelled node {} times, the guest {labelled_guest}",
+        seen.load(Ordering::Relaxed)
+    );
+    assert!(listing(s.shared.path()).is_empty());
+}
