@@ -246,11 +246,26 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
+/// The features `--print-capabilities` lists: virtiofsd 1.14's, in its order, but only those
+/// vhostfs implements. `posix-acl-negotiation-mode` and `security-label-negotiation-mode`:
+/// `--posix-acl` and `--security-label` take `never|auto|always`; `separate-options`: options
+/// are given one by one rather than through `-o` (libvirt then does so). Not
+/// `migrate-precopy`: vhostfs does not migrate yet, and libvirt allows migrating a domain with
+/// a virtio-fs device only when its daemon lists it.
+pub const FEATURES: [&str; 3] = [
+    "posix-acl-negotiation-mode",
+    "security-label-negotiation-mode",
+    "separate-options",
+];
+
 /// The backend capabilities, in the vhost-user.json form printed by `--print-capabilities`
-/// (same layout as virtiofsd 1.14; without trailing newline). Only what vhostfs supports is
-/// listed: `separate-options` (options given one by one rather than through `-o`).
+/// (same layout as virtiofsd 1.14; without trailing newline): [`FEATURES`].
 pub fn capabilities_json() -> String {
-    "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"separate-options\"\n  ]\n}".to_string()
+    let features: Vec<String> = FEATURES.iter().map(|f| format!("    \"{f}\"")).collect();
+    format!(
+        "{{\n  \"type\": \"fs\",\n  \"features\": [\n{}\n  ]\n}}",
+        features.join(",\n")
+    )
 }
 
 /// The clap command behind [`parse_args`], for generating the man page and shell completions
