@@ -10,7 +10,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::fuse_abi::{FUSE_DONT_MASK, FUSE_POSIX_ACL, FUSE_ROOT_ID};
+use common::fuse_abi::{
+    FOPEN_DIRECT_IO, FUSE_DIRECT_IO_ALLOW_MMAP, FUSE_DONT_MASK, FUSE_POSIX_ACL, FUSE_ROOT_ID,
+    FUSE_SECURITY_CTX,
+};
 use common::smoke::{inherit_fd, serve_one_guest};
 use common::{Daemon, TempDir};
 
@@ -372,4 +375,91 @@ fn docker_desktop() {
             assert_eq!((n, value), (1, *b"1"));
         },
     );
+}
+
+// mkosi (mkosi/qemu.py, start_virtiofsd): an SELinux-labelled image tree, shared in a chroot.
+#[test]
+fn mkosi() {
+    serve_with_socket(
+        &[
+            "--socket-path={sock}",
+            "--shared-dir={dir}",
+            "--security-label",
+            "--no-announce-submounts",
+            "--sandbox=chroot",
+        ],
+        0,
+        |c, _| {
+            let flags = c.flags();
+            assert_ne!(flags & FUSE_SECURITY_CTX, 0, "INIT flags {flags:#x}");
+            // --security-label implies --xattr.
+            xattr_roundtrip(c);
+        },
+    );
+}
+
+// microvm.nix and bootc tooling: a share the guest mmaps although nothing is cached.
+#[test]
+fn microvm_nix_and_bootc() {
+    serve_with_socket(
+        &[
+            "--socket-path={sock}",
+            "--shared-dir={dir}",
+            "--allow-mmap",
+            "--cache=never",
+        ],
+        0,
+        |c, _| {
+            let flags = c.flags();
+            assert_ne!(
+                flags & FUSE_DIRECT_IO_ALLOW_MMAP,
+                0,
+                "INIT flags {flags:#x}"
+            );
+            let e = c.lookup(FUSE_ROOT_ID, "hello.txt").unwrap();
+            let o = c.open(e.nodeid, libc::O_RDONLY as u32).unwrap();
+            assert_ne!(
+                o.open_flags & FOPEN_DIRECT_IO,
+                0,
+                "open flags {:#x}",
+                o.open_flags
+            );
+        },
+    );
+}
+
+// Kata Containers (runtime's virtiofsd.go): one pool thread, submounts announced, --xattr when
+// the sandbox asks for it.
+const KATA: &[&str] = &[
+    "--syslog",
+    "--cache=auto",
+    "--shared-dir={dir}",
+    "--fd={fd}",
+    "--thread-pool-size=1",
+];
+
+#[test]
+fn kata_containers() {
+    let mut args = KATA.to_vec();
+    args.push("--announce-submounts");
+    serve_with_fd(&args, |c| {
+        // No --xattr: the guest is told xattrs are not supported.
+        let e = c.lookup(FUSE_ROOT_ID, "hello.txt").unwrap();
+        assert_eq!(c.setxattr(e.nodeid, "user.x", b"1", 0), Err(libc::ENOSYS));
+    });
+}
+
+#[test]
+fn kata_containers_xattr() {
+    let mut args = KATA.to_vec();
+    args.extend(["--announce-submounts", "--xattr"]);
+    serve_with_fd(&args, xattr_roundtrip);
+}
+
+// Kata's newer (Rust) runtime still passes the legacy form.
+#[test]
+fn kata_containers_legacy_announce_submounts() {
+    let mut args = KATA.to_vec();
+    args.extend(["-o", "announce_submounts", "--xattr"]);
+    serve_with_fd(&args, xattr_roundtrip);
 }
