@@ -178,6 +178,9 @@ pub struct Config {
     /// `--allow-mmap`: negotiate FUSE_DIRECT_IO_ALLOW_MMAP, so the guest may mmap files opened
     /// with FOPEN_DIRECT_IO (`--cache=never`) shared too (default off).
     pub allow_mmap: bool,
+    /// `--writeback`, `-o writeback` / `-o no_writeback`: negotiate FUSE_WRITEBACK_CACHE
+    /// (default off).
+    pub writeback: bool,
     /// `--preserve-noatime`: keep the guest's O_NOATIME when opening (default off: cleared).
     pub preserve_noatime: bool,
     /// `--announce-submounts` / `--no-announce-submounts` (default on).
@@ -283,7 +286,6 @@ fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
             found.push(spelling.to_string());
         }
     };
-    check(eff.writeback.value, &eff.writeback.spelling);
     check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
     check(opt.migration_verify_handles, "--migration-verify-handles");
     check(opt.migration_confirm_paths, "--migration-confirm-paths");
@@ -480,6 +482,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         allow_direct_io: eff.allow_direct_io,
         readdirplus: eff.readdirplus && eff.cache != CacheMode::Never,
         allow_mmap: opt.allow_mmap,
+        writeback: eff.writeback,
         preserve_noatime: opt.preserve_noatime,
         announce_submounts: eff.announce_submounts,
         log_level: if opt.compat_debug {

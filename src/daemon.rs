@@ -200,6 +200,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         allow_direct_io_mmap: cfg.allow_mmap,
         posix_acl: cfg.posix_acl,
         security_label: cfg.security_label,
+        writeback: cfg.writeback,
     };
     let server = Arc::new(FuseServer::new(fs, opts));
     let backend = VhostFsBackend::new(server.clone(), cfg.tag.as_deref(), cfg.thread_pool_size)

@@ -15,34 +15,10 @@ use common::Session;
 
 const NOATIME: u32 = libc::O_NOATIME as u32;
 
-/// The open flags of the serving process's fds on host inode `ino`, O_PATH fds (the inode
-/// table's) left out.
-fn fd_flags(s: &Session, ino: u64) -> Vec<i32> {
-    let pid = s.daemon.served_pid().unwrap();
-    let mut found = Vec::new();
-    for entry in fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
-        // An fd closed since the listing is no longer of interest.
-        let Ok(info) = fs::read_to_string(entry.unwrap().path()) else {
-            continue;
-        };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.trim().to_string())
-        };
-        let flags = i32::from_str_radix(&field("flags:").unwrap(), 8).unwrap();
-        let fd_ino: u64 = field("ino:").unwrap().parse().unwrap();
-        if fd_ino == ino && flags & libc::O_PATH == 0 {
-            found.push(flags);
-        }
-    }
-    found
-}
-
 /// Whether the daemon's one open (non-O_PATH) fd of `name` has O_NOATIME.
 fn host_noatime(s: &Session, name: &str) -> bool {
     let ino = fs::metadata(s.shared.join(name)).unwrap().ino();
-    let flags = fd_flags(s, ino);
+    let flags = s.host_fd_flags(ino);
     assert_eq!(flags.len(), 1, "{name}: flags of the open fds {flags:?}");
     flags[0] & libc::O_NOATIME != 0
 }

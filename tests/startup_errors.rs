@@ -179,16 +179,6 @@ fn bad_xattrmap() {
 }
 
 #[test]
-fn writeback_not_supported_yet() {
-    let d = Dirs::new();
-    assert_one_line_error(
-        &d.args(&["--writeback"]),
-        &["not supported yet", "--writeback"],
-    );
-    d.assert_no_socket();
-}
-
-#[test]
 fn bad_thread_pool_size() {
     let d = Dirs::new();
     assert_one_line_error(

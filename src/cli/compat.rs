@@ -31,7 +31,7 @@ pub(super) struct Effective {
     pub(super) xattr: bool,
     pub(super) announce_submounts: bool,
     pub(super) readdirplus: bool,
-    pub(super) writeback: Tracked<bool>,
+    pub(super) writeback: bool,
     pub(super) allow_direct_io: bool,
     pub(super) killpriv_v2: Tracked<bool>,
     pub(super) posix_acl: String,
@@ -53,7 +53,7 @@ impl Effective {
             xattr: opt.xattr,
             announce_submounts: !opt.no_announce_submounts,
             readdirplus: !opt.no_readdirplus,
-            writeback: flag(opt.writeback, "writeback"),
+            writeback: opt.writeback,
             allow_direct_io: opt.allow_direct_io,
             killpriv_v2: flag(opt.killpriv_v2, "killpriv-v2"),
             posix_acl: opt.posix_acl.clone(),
@@ -112,7 +112,7 @@ impl Effective {
             "xattr" | "no_xattr" => self.xattr = item == "xattr",
             "announce_submounts" => self.announce_submounts = true,
             "readdirplus" | "no_readdirplus" => self.readdirplus = item == "readdirplus",
-            "writeback" | "no_writeback" => self.writeback.set(item == "writeback", &spelling),
+            "writeback" | "no_writeback" => self.writeback = item == "writeback",
             "allow_direct_io" | "no_allow_direct_io" => {
                 self.allow_direct_io = item == "allow_direct_io"
             }

@@ -154,7 +154,7 @@ pub(super) struct Opt {
     #[arg(long)]
     pub(super) no_readdirplus: bool,
 
-    /// Enable writeback cache [not supported yet]
+    /// Enable writeback cache
     #[arg(long)]
     pub(super) writeback: bool,
 

@@ -38,6 +38,16 @@ fn preserve_noatime() {
 }
 
 #[test]
+fn writeback() {
+    assert!(!run(&[]).writeback);
+    for args in [&["--writeback"][..], &["-o", "writeback"]] {
+        assert!(run(args).writeback, "{args:?}");
+    }
+    // The -o form wins over the long option, as every -o form does.
+    assert!(!run(&["--writeback", "-o", "no_writeback"]).writeback);
+}
+
+#[test]
 fn allow_mmap() {
     assert!(!run(&[]).allow_mmap);
     let config = run(&["--cache=never", "--allow-mmap"]);

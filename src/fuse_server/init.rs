@@ -94,6 +94,9 @@ pub fn negotiate(opts: &ServerOptions, init: &InitIn) -> Result<Negotiated, i32>
     if opts.allow_direct_io_mmap {
         wanted |= FUSE_DIRECT_IO_ALLOW_MMAP;
     }
+    if opts.writeback {
+        wanted |= FUSE_WRITEBACK_CACHE;
+    }
     let acl = FUSE_POSIX_ACL | FUSE_DONT_MASK;
     wanted |= by_mode(opts.posix_acl, init, acl, "posix ACLs")?;
     wanted |= by_mode(
@@ -168,6 +171,8 @@ impl FuseServer {
                     .store(out.flags & FUSE_DONT_MASK as u32 != 0, Ordering::Release);
                 let secctx = (u64::from(out.flags2) << 32) & FUSE_SECURITY_CTX != 0;
                 self.secctx.store(secctx, Ordering::Release);
+                self.fs
+                    .set_writeback(out.flags & FUSE_WRITEBACK_CACHE as u32 != 0);
                 self.initialized.store(true, Ordering::Release);
                 Ok(used)
             }
@@ -276,6 +281,22 @@ mod tests {
             &init_in(41, FUSE_INIT_EXT | FUSE_DIRECT_IO_ALLOW_MMAP),
         );
         assert_eq!(all_flags(&off), FUSE_INIT_EXT);
+    }
+
+    #[test]
+    fn writeback_only_when_configured_and_offered() {
+        let on = ServerOptions {
+            writeback: true,
+            ..ServerOptions::default()
+        };
+        let offer = FUSE_WRITEBACK_CACHE | FUSE_ASYNC_READ;
+        assert_eq!(all_flags(&session(&on, &init_in(41, offer))), offer);
+        assert_eq!(
+            all_flags(&session(&on, &init_in(41, FUSE_ASYNC_READ))),
+            FUSE_ASYNC_READ
+        );
+        let off = session(&ServerOptions::default(), &init_in(41, offer));
+        assert_eq!(all_flags(&off), FUSE_ASYNC_READ);
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub struct ServerOptions {
     /// `--security-label`: negotiate FUSE_SECURITY_CTX, so creating requests carry the security
     /// context the guest's LSM chose for the new node (see [`ext`]).
     pub security_label: Negotiation,
+    /// `--writeback`: negotiate FUSE_WRITEBACK_CACHE when the guest offers it (the filesystem
+    /// learns the outcome at each INIT).
+    pub writeback: bool,
 }
 
 impl Default for ServerOptions {
@@ -66,6 +69,7 @@ impl Default for ServerOptions {
             allow_direct_io_mmap: false,
             posix_acl: Negotiation::Never,
             security_label: Negotiation::Never,
+            writeback: false,
         }
     }
 }

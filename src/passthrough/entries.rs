@@ -22,10 +22,11 @@ const FATTR_UID: u32 = 1 << 1;
 const FATTR_GID: u32 = 1 << 2;
 const FATTR_SIZE: u32 = 1 << 3;
 const FATTR_ATIME: u32 = 1 << 4;
-const FATTR_MTIME: u32 = 1 << 5;
-const FATTR_FH: u32 = 1 << 6;
+pub(super) const FATTR_MTIME: u32 = 1 << 5;
+pub(super) const FATTR_FH: u32 = 1 << 6;
 const FATTR_ATIME_NOW: u32 = 1 << 7;
 const FATTR_MTIME_NOW: u32 = 1 << 8;
+pub(super) const FATTR_CTIME: u32 = 1 << 10;
 
 impl PassthroughFs {
     /// Looks `name` up in the directory `dir` (an fd on the inode `parent`) and takes one lookup
@@ -325,7 +326,7 @@ impl PassthroughFs {
                 time(FATTR_MTIME, FATTR_MTIME_NOW, attr.mtime, attr.mtimensec),
             ];
             match &file {
-                Some(f) => sys::fd::futimens(f.file.as_fd(), &times)?,
+                Some(f) => self.futimens_as_writer(f.file.as_fd(), &times, valid)?,
                 // The link itself (the guest resolved any link it was asked to follow): its
                 // O_PATH fd with AT_EMPTY_PATH; /proc/self/fd/N would reach its target.
                 None if inode.is_symlink() => sys::utimensat(

@@ -19,6 +19,12 @@ use super::{
 /// `--allow-direct-io`, and O_NOATIME unless `--preserve-noatime` (see [`super::FsConfig`]).
 const STRIPPED_FLAGS: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY;
 
+/// A widened open the host refused (the daemon may not read the file): the guest's own flags
+/// are used instead.
+fn is_denied(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+}
+
 impl PassthroughFs {
     /// The flags we open with for guest open(2) `flags`, refusing writes on a read-only share.
     fn open_flags(&self, flags: u32) -> io::Result<i32> {
@@ -29,7 +35,7 @@ impl PassthroughFs {
         if !self.cfg.preserve_noatime {
             stripped |= libc::O_NOATIME;
         }
-        let flags = (flags as i32 & !stripped) | libc::O_NOFOLLOW;
+        let flags = self.writeback.host_flags(flags as i32 & !stripped) | libc::O_NOFOLLOW;
         if self.cfg.readonly
             && (flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0)
         {
@@ -57,7 +63,13 @@ impl PassthroughFs {
             return Err(err(libc::EISDIR));
         }
         let token = self.take_token()?;
-        let fd = inode.open(&self.mounts, self.proc_self_fd.as_fd(), flags)?;
+        let open = |flags| inode.open(&self.mounts, self.proc_self_fd.as_fd(), flags);
+        let widened = self.writeback.widened(flags);
+        let fd = match widened.filter(|_| inode.kind == libc::S_IFREG).map(open) {
+            Some(Err(e)) if is_denied(&e) => open(flags)?,
+            Some(widened) => widened?,
+            None => open(flags)?,
+        };
         let fh = self
             .handles
             .insert(OpenFile::new(nodeid, File::from(fd), false, token));
@@ -105,6 +117,19 @@ impl PassthroughFs {
             }
         };
         let entry = self.lookup_at(&dir, dirfd.as_fd(), name)?;
+        // The host checked the guest's own access mode as the caller; the read side for the
+        // guest's page cache is added by the daemon (see `writeback`).
+        let regular = entry.attr.stx_mode as u32 & libc::S_IFMT == libc::S_IFREG;
+        let fd = match self.writeback.widened(flags).filter(|_| regular) {
+            Some(rw) => {
+                let rw = rw & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+                match sys::reopen(self.proc_self_fd.as_fd(), fd.as_fd(), rw) {
+                    Err(e) if is_denied(&e) => fd,
+                    widened => widened?,
+                }
+            }
+            None => fd,
+        };
         let fh = self
             .handles
             .insert(OpenFile::new(entry.nodeid, File::from(fd), false, token));
@@ -131,7 +156,8 @@ impl PassthroughFs {
     ) -> io::Result<(Entry, Opened)> {
         self.check_writable()?;
         let mut flags = self.open_flags(flags)? & !libc::O_TRUNC;
-        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+        // A new inode: read-write for the page cache (see `writeback`) costs no permission.
+        if flags & libc::O_ACCMODE == libc::O_RDONLY || self.writeback.widened(flags).is_some() {
             flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
         }
         let dir = self.inodes.get(parent)?;

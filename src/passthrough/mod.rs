@@ -27,6 +27,7 @@ pub mod id_map;
 mod inode_table;
 mod labels;
 pub(crate) mod sys;
+mod writeback;
 pub mod xattr_map;
 mod xattrs;
 
@@ -44,6 +45,7 @@ use self::file_handle::{FileHandle, MountFds};
 use self::handle_table::HandleTable;
 use self::inode_table::{Inode, InodeFd, InodeKey, InodeSource, InodeTable};
 pub use self::labels::SecurityLabel;
+use self::writeback::Writeback;
 use crate::option_values::option_values;
 
 /// The caller of one request, from `fuse_in_header`.
@@ -169,6 +171,8 @@ pub struct PassthroughFs {
     /// fds without asking again; each is logged once. Written only on a lookup that meets a
     /// new one.
     no_handles: RwLock<HashSet<u64>>,
+    /// Whether the session negotiated writeback caching (see [`writeback`]).
+    writeback: Writeback,
 }
 
 fn err(errno: i32) -> io::Error {
@@ -266,6 +270,7 @@ impl PassthroughFs {
             budget,
             proc_self_fd,
             no_handles: RwLock::default(),
+            writeback: Writeback::default(),
         })
     }
 
@@ -309,6 +314,11 @@ impl PassthroughFs {
     /// fds of the guest's budget in use.
     pub fn fds_in_use(&self) -> usize {
         self.budget.in_use()
+    }
+
+    /// What FUSE_INIT answered about FUSE_WRITEBACK_CACHE, before the session serves opens.
+    pub fn set_writeback(&self, on: bool) {
+        self.writeback.set(on);
     }
 
     /// FUSE_DESTROY (and a new FUSE_INIT): forget every inode but the root, close every handle.

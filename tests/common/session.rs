@@ -1,6 +1,7 @@
 //! A vhostfs daemon on a fresh shared directory with a connected, initialised test guest: the
 //! set-up of the per-operation integration tests (`tests/fs_ops*.rs`).
 
+use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -61,5 +62,29 @@ impl Session {
             shared,
             sock_dir,
         }
+    }
+
+    /// The open flags of the serving process's fds on host inode `ino`, O_PATH fds (the inode
+    /// table's) left out.
+    pub fn host_fd_flags(&self, ino: u64) -> Vec<i32> {
+        let pid = self.daemon.served_pid().unwrap();
+        let mut found = Vec::new();
+        for entry in fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
+            // An fd closed since the listing is no longer of interest.
+            let Ok(info) = fs::read_to_string(entry.unwrap().path()) else {
+                continue;
+            };
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim().to_string())
+            };
+            let flags = i32::from_str_radix(&field("flags:").unwrap(), 8).unwrap();
+            let fd_ino: u64 = field("ino:").unwrap().parse().unwrap();
+            if fd_ino == ino && flags & libc::O_PATH == 0 {
+                found.push(flags);
+            }
+        }
+        found
     }
 }

@@ -40,6 +40,12 @@ pub fn futimens(fd: BorrowedFd, times: &[libc::timespec; 2]) -> io::Result<()> {
     check(unsafe { libc::futimens(fd.as_raw_fd(), times.as_ptr()) }).map(drop)
 }
 
+/// The file status flags (access mode, O_APPEND, ...) `fd` was opened with.
+pub fn status_flags(fd: BorrowedFd) -> io::Result<i32> {
+    // SAFETY: valid fd; F_GETFL takes no argument.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
+}
+
 pub fn fallocate(fd: BorrowedFd, mode: i32, offset: i64, len: i64) -> io::Result<()> {
     // SAFETY: valid fd.
     check(unsafe { libc::fallocate64(fd.as_raw_fd(), mode, offset, len) }).map(drop)
