@@ -285,3 +285,44 @@ fn mtime_flush_of_a_writer_that_is_not_the_owner() {
         user.release(e.nodeid, o.fh, flags).unwrap();
     }
 }
+
+/// The guest's mtime survives the cache WRITEs that reach the host after the guest sent it (a
+/// close does not wait for them): under writeback the host keeps the mtime the guest set last;
+/// a direct WRITE (no FUSE_WRITE_CACHE) and any WRITE without writeback update it as usual.
+#[test]
+fn cache_writes_keep_the_guests_mtime() {
+    for (args, write_flags, kept) in [
+        (&["--writeback"][..], FUSE_WRITE_CACHE, true),
+        (&["--writeback"][..], 0, false),
+        (&[][..], FUSE_WRITE_CACHE, false),
+    ] {
+        let s = Session::start(args);
+        let c = &s.client;
+        let (e, o) = c.create(ROOT, "f", 0o644, RDWR, 0).expect("CREATE");
+        assert_eq!(
+            write_with(&s, e.nodeid, o.fh, 0, b"first", FUSE_WRITE_CACHE, RDWR),
+            5
+        );
+        let times = SetattrIn {
+            valid: FATTR_MTIME | FATTR_CTIME | FATTR_FH,
+            fh: o.fh,
+            mtime: 1_300_000_000,
+            mtimensec: 42,
+            ..Default::default()
+        };
+        c.setattr(e.nodeid, &times).expect("SETATTR mtime");
+        // The page cache's late WRITE.
+        assert_eq!(
+            write_with(&s, e.nodeid, o.fh, 5, b" late", write_flags, RDWR),
+            5
+        );
+        let m = fs::metadata(s.shared.join("f")).unwrap();
+        assert_eq!(fs::read(s.shared.join("f")).unwrap(), b"first late");
+        assert_eq!(
+            (m.mtime(), m.mtime_nsec()) == (1_300_000_000, 42),
+            kept,
+            "{args:?} write_flags {write_flags}"
+        );
+        c.release(e.nodeid, o.fh, RDWR).unwrap();
+    }
+}

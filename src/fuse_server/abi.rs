@@ -171,6 +171,9 @@ pub const FUSE_ALLOW_IDMAP: u64 = 1 << 40;
 pub const FUSE_GETATTR_FH: u32 = 1 << 0;
 /// `fuse_fsync_in.fsync_flags`: sync data only.
 pub const FUSE_FSYNC_FDATASYNC: u32 = 1 << 0;
+/// `fuse_write_in.write_flags`: a write of the page cache (delayed; the fh is one the kernel
+/// picked among the inode's writable handles, the lock owner is not set).
+pub const FUSE_WRITE_CACHE: u32 = 1 << 0;
 
 /// `fuse_in_header` since 7.38: the old `padding` became `total_extlen` (in 8-byte units).
 #[repr(C)]

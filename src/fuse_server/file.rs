@@ -12,7 +12,7 @@ use fuse_backend_rs::transport::{Reader, Writer};
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 
-use super::abi::{FUSE_FSYNC_FDATASYNC, FUSE_READ, FUSE_WRITE};
+use super::abi::{FUSE_FSYNC_FDATASYNC, FUSE_READ, FUSE_WRITE, FUSE_WRITE_CACHE};
 use super::ops::{read_obj, read_rest, reply_empty, take_cstr};
 use super::reply::{self, einval, OUT_HEADER_SIZE};
 use super::{FuseServer, Req};
@@ -183,6 +183,12 @@ impl FuseServer {
             Err(e) if is_nospace(&e) && self.fs.reclaim_deleted() => write()?,
             other => other?,
         };
+        if i.fuse_flags & FUSE_WRITE_CACHE != 0 {
+            // The data is written: a failure to put the guest's mtime back is not the WRITE's.
+            if let Err(e) = self.fs.after_cache_write(i.fh) {
+                log::debug!("WRITE of fh {}: keeping the guest's mtime: {e}", i.fh);
+            }
+        }
         self.count_bytes(FUSE_WRITE, n);
         let out = WriteOut {
             size: n as u32,

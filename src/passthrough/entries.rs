@@ -25,7 +25,7 @@ const FATTR_ATIME: u32 = 1 << 4;
 pub(super) const FATTR_MTIME: u32 = 1 << 5;
 pub(super) const FATTR_FH: u32 = 1 << 6;
 const FATTR_ATIME_NOW: u32 = 1 << 7;
-const FATTR_MTIME_NOW: u32 = 1 << 8;
+pub(super) const FATTR_MTIME_NOW: u32 = 1 << 8;
 pub(super) const FATTR_CTIME: u32 = 1 << 10;
 
 impl PassthroughFs {
@@ -325,8 +325,8 @@ impl PassthroughFs {
                 time(FATTR_ATIME, FATTR_ATIME_NOW, attr.atime, attr.atimensec),
                 time(FATTR_MTIME, FATTR_MTIME_NOW, attr.mtime, attr.mtimensec),
             ];
-            match &file {
-                Some(f) => self.futimens_as_writer(f.file.as_fd(), &times, valid)?,
+            let set = || match &file {
+                Some(f) => self.futimens_as_writer(f.file.as_fd(), &times, valid),
                 // The link itself (the guest resolved any link it was asked to follow): its
                 // O_PATH fd with AT_EMPTY_PATH; /proc/self/fd/N would reach its target.
                 None if inode.is_symlink() => sys::utimensat(
@@ -334,9 +334,10 @@ impl PassthroughFs {
                     c"",
                     &times,
                     libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-                )?,
-                None => sys::utimensat(self.proc_self_fd.as_fd(), &proc_name, &times, 0)?,
-            }
+                ),
+                None => sys::utimensat(self.proc_self_fd.as_fd(), &proc_name, &times, 0),
+            };
+            self.set_times_as_guest(&inode, valid, times[1], set)?;
         }
         sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED).map(|st| self.attr(st))
     }

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use super::fd_budget::FdToken;
 use super::file_handle::{FileHandle, MountFds};
 use super::sys;
+use super::writeback::GuestMtime;
 
 /// The node ID of the shared directory itself.
 pub const ROOT_ID: u64 = 1;
@@ -67,6 +68,8 @@ pub struct Inode {
     pub source: InodeSource,
     /// Lookups the guest holds; changed only under the shard lock.
     lookups: AtomicU64,
+    /// The guest's own mtime under writeback caching.
+    pub guest_mtime: GuestMtime,
 }
 
 /// An fd for one operation on an inode: borrowed from the table or opened for the occasion.
@@ -98,6 +101,7 @@ impl Inode {
             kind,
             source,
             lookups: AtomicU64::new(0),
+            guest_mtime: GuestMtime::default(),
         }
     }
 

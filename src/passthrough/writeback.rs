@@ -12,6 +12,14 @@
 //!   every one of them at the host's end of file (pwritev appends on such an fd), so a page
 //!   written back twice would be appended twice.
 //!
+//! The guest also owns the mtime of a regular file: it sets it at each write(2) and mmap store and
+//! sends it later as an explicit FATTR_MTIME (on close, fsync, inode writeback), while its dirty
+//! pages reach us as WRITEs with FUSE_WRITE_CACHE, possibly after that SETATTR (on close the
+//! kernel does not wait for its writeback WRITEs before sending the times). Each such WRITE would
+//! set the host's mtime to the time it arrived, later than what the guest shows, and a guest that
+//! drops its cache then sees the file change its mtime. So under writeback the mtime the guest set
+//! last is kept with the inode ([`GuestMtime`]) and put back after every cache WRITE.
+//!
 //! Who may read through a widened handle: only the guest kernel, to fill pages for writes the
 //! guest user was allowed. The guest checks every open against the attributes
 //! (virtio-fs mounts always use `default_permissions`): a read(2) on the user's O_WRONLY file
@@ -24,12 +32,16 @@
 //! writeback, and only a partial-page write that needs a READ fails.
 
 use std::io;
+use std::os::fd::AsFd;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use super::credentials::Credentials;
-use super::entries::{FATTR_CTIME, FATTR_FH, FATTR_MTIME};
+use super::entries::{FATTR_CTIME, FATTR_FH, FATTR_MTIME, FATTR_MTIME_NOW};
+use super::inode_table::Inode;
 use super::{sys, PassthroughFs};
+use crate::sync::lock;
 
 /// Whether the current FUSE session negotiated FUSE_WRITEBACK_CACHE.
 ///
@@ -65,7 +77,55 @@ impl Writeback {
     }
 }
 
+/// The mtime the guest last set explicitly on a regular file while writeback was on.
+///
+/// Invariant: the host file's mtime is changed, by SETATTR and by the restore after a cache WRITE,
+/// only under this lock, and the value set last is the one held here: whatever order SETATTRs and
+/// WRITEs of the page cache arrive in, the host ends with the guest's last mtime.
+#[derive(Default)]
+pub struct GuestMtime(Mutex<Option<libc::timespec>>);
+
 impl PassthroughFs {
+    /// SETATTR's change of times through `set`: under writeback, an explicit mtime on a regular
+    /// file is the guest's own; it is recorded for the restores after cache WRITEs.
+    pub(super) fn set_times_as_guest(
+        &self,
+        inode: &Inode,
+        valid: u32,
+        mtime: libc::timespec,
+        set: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
+        let explicit = valid & FATTR_MTIME != 0 && valid & FATTR_MTIME_NOW == 0;
+        if !(self.writeback.on() && explicit && inode.kind == libc::S_IFREG) {
+            return set();
+        }
+        let mut guest = lock(&inode.guest_mtime.0);
+        set()?;
+        *guest = Some(mtime);
+        Ok(())
+    }
+
+    /// After a WRITE of the guest's page cache (FUSE_WRITE_CACHE) through `fh`: the host file
+    /// gets back the mtime the guest set last, if it set one (see [`GuestMtime`]).
+    pub fn after_cache_write(&self, fh: u64) -> io::Result<()> {
+        if !self.writeback.on() {
+            return Ok(());
+        }
+        let open = self.handles.get(fh)?;
+        let inode = self.inodes.get(open.nodeid)?;
+        let guest = lock(&inode.guest_mtime.0);
+        match *guest {
+            Some(mtime) => {
+                let omit = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_OMIT,
+                };
+                sys::fd::futimens(open.file.as_fd(), &[omit, mtime])
+            }
+            None => Ok(()),
+        }
+    }
+
     /// SETATTR's futimens through the open file `fd`, run as the caller. Under writeback the
     /// guest keeps mtime itself and flushes it on close and fsync as an explicit
     /// FATTR_MTIME | FATTR_CTIME through a writable handle; the host lets only the owner set an

@@ -99,9 +99,10 @@ build_probe() {
   fi
 }
 probe_initramfs=$(build_probe posix "posix case")
-# mmap-probe.c and xattr-probe.c also prepare and verify the share on the host.
+# mmap-probe.c, xattr-probe.c and writeback-probe.c also prepare and verify the share on the host.
 mmap_initramfs=$(build_probe mmap "mmap cases")
 xattr_initramfs=$(build_probe xattr "xattrmap case")
+writeback_initramfs=$(build_probe writeback "writeback case")
 log "initramfs built in $(elapsed "$t0" "$(now)") s"
 log "daemon: ${daemon[*]} ($("${daemon[0]}" --version 2>/dev/null | head -n1 || echo 'version unknown'))"
 
@@ -203,6 +204,16 @@ if [ -n "$xattr_initramfs" ]; then
     --xattr '--xattrmap=:prefix:all::user.docker.desktop.::bad:all:::'
 else
   summary+=("xattrmap: FAIL(xattr-probe.c did not build)")
+  failed=$((failed + 1))
+fi
+# --writeback (FUSE_WRITEBACK_CACHE): 4 processes write, append, truncate, mmap and fsync their
+# own files and their ranges of a shared one, checked against in-memory models; then again after
+# a guest cache drop, and on the host after the guest unmounted (contents, sizes, mtimes).
+if [ -n "$writeback_initramfs" ]; then
+  CASE_INITRAMFS=$writeback_initramfs CASE_HOST=0 CASE_PREPARE="$work/writeback-probe --make" \
+    CASE_VERIFY="$work/writeback-probe --verify" run_case writeback pass "${daemon[@]}" --writeback
+else
+  summary+=("writeback: FAIL(writeback-probe.c did not build)")
   failed=$((failed + 1))
 fi
 # Multi-queue: the guest spreads requests over 2 request queues (2 vCPUs); virtiofsd serves 1.
