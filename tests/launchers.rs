@@ -14,7 +14,7 @@ use common::fuse_abi::{
     FOPEN_DIRECT_IO, FUSE_DIRECT_IO_ALLOW_MMAP, FUSE_DONT_MASK, FUSE_POSIX_ACL, FUSE_ROOT_ID,
     FUSE_SECURITY_CTX,
 };
-use common::smoke::{inherit_fd, serve_one_guest};
+use common::smoke::{inherit_fd, serve_one_guest, serve_until_exit};
 use common::{Daemon, TempDir};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -47,14 +47,7 @@ fn serve_with_fd(args: &[&str], check: impl FnOnce(&common::FuseClient)) {
     let mut cmd = vhostfs();
     cmd.args(&argv);
     inherit_fd(&mut cmd, fd, fd);
-    let mut daemon =
-        Daemon::spawn(&mut cmd, &socket).unwrap_or_else(|e| panic!("vhostfs {argv:?}: {e}"));
-    let client = serve_one_guest(&socket, shared.path());
-    check(&client);
-    assert!(daemon.is_alive());
-    drop(client);
-    let status = daemon.wait_exit(TIMEOUT).unwrap().expect("still running");
-    assert_eq!(status.code(), Some(0), "vhostfs {argv:?}: {status}");
+    serve_until_exit(&mut cmd, &socket, shared.path(), check);
 }
 
 fn xattr_roundtrip(c: &common::FuseClient) {

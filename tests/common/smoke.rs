@@ -9,7 +9,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::daemon::run_with_timeout;
+use super::daemon::{run_with_timeout, Daemon};
 use super::fuse_abi::{FUSE_KERNEL_VERSION, FUSE_ROOT_ID};
 use super::{FuseClient, TestGuest};
 
@@ -53,6 +53,27 @@ pub fn serve_one_guest(socket: &Path, shared: &Path) -> FuseClient {
         b"written by the guest"
     );
     c
+}
+
+/// Starts the daemon `cmd` (which creates or listens on `socket`), serves one test-guest session
+/// ([`serve_one_guest`]), runs `check` on the client, and asserts that the daemon exits 0 within
+/// 20 s once the guest disconnects.
+pub fn serve_until_exit(
+    cmd: &mut Command,
+    socket: &Path,
+    shared: &Path,
+    check: impl FnOnce(&FuseClient),
+) {
+    let mut daemon = Daemon::spawn(cmd, socket).unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let client = serve_one_guest(socket, shared);
+    check(&client);
+    assert!(daemon.is_alive(), "{cmd:?} exited while serving");
+    drop(client);
+    let status = daemon
+        .wait_exit(Duration::from_secs(20))
+        .unwrap()
+        .expect("still running");
+    assert_eq!(status.code(), Some(0), "{cmd:?}: {status}");
 }
 
 /// Runs `cmd` with stdin and stdout on /dev/null to its exit (killing it and panicking after
