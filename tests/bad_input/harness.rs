@@ -203,6 +203,11 @@ impl Setup {
     /// `top/share` (shared: file.txt, dir/inner, escape -> top/canary/secret.txt) next to
     /// `top/canary` (secret.txt, sub/deeper); vhostfs with stderr to a file; INIT done.
     pub fn new() -> Setup {
+        Setup::with_args(&[])
+    }
+
+    /// [`Setup::new`] with `extra` arguments for vhostfs.
+    pub fn with_args(extra: &[&str]) -> Setup {
         let top = TempDir::new("badinput").unwrap();
         let share = top.join("share");
         let canary = top.join("canary");
@@ -221,6 +226,7 @@ impl Setup {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vhostfs"));
         cmd.arg(format!("--socket-path={}", socket.display()))
             .arg(format!("--shared-dir={}", share.display()))
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(File::create(&stderr_path).unwrap());
         let daemon = Daemon::spawn(&mut cmd, &socket).expect("start vhostfs");

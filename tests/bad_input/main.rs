@@ -14,3 +14,4 @@ mod chains;
 mod harness;
 mod names;
 mod requests;
+mod secctx;
