@@ -18,9 +18,7 @@
 //!   directory's name (`.vhostfs-label-PID-N`) is visible meanwhile, and it is removed at once.
 //!
 //! A label that cannot be set fails the creation with the host's errno, in `auto` and `always`
-//! modes alike (as virtiofsd); the node is then removed again (it never had its name). Labels
-//! on symlinks and special files need `setxattrat(2)` (Linux 6.13): older hosts answer
-//! EOPNOTSUPP for those.
+//! modes alike (as virtiofsd); the node is then removed again (it never had its name).
 
 use std::borrow::Cow;
 use std::ffi::{CStr, CString};
@@ -29,7 +27,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::sys::{self, xattr};
-use super::{err, Context, PassthroughFs};
+use super::{Context, PassthroughFs};
 
 /// The security context of a creating request: an xattr name (`security.*`) and its value, as
 /// the guest's LSM gave them.
@@ -225,13 +223,10 @@ impl PassthroughFs {
                 let d = sys::openat(sdir, name, flags, 0)?;
                 xattr::fsetxattr(d.as_fd(), xname, value, 0)?
             }
-            (_, None) => xattr::setxattrat_nofollow(sdir, name, xname, value).map_err(|e| {
-                if e.raw_os_error() == Some(libc::ENOSYS) {
-                    err(libc::EOPNOTSUPP)
-                } else {
-                    e
-                }
-            })?,
+            (_, None) => {
+                let o_path = sys::openat(sdir, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+                xattr::setxattr_o_path(self.proc_self_fd.as_fd(), o_path.as_fd(), xname, value)?
+            }
         }
         Ok(file)
     }

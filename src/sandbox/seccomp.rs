@@ -11,19 +11,23 @@
 //!   fds, `mmap` of guest memory), every FUSE operation of `passthrough/`, Rust std (threads,
 //!   allocator, `getrandom` for hash maps, panics: `tgkill`/`rt_sigprocmask`), glibc and
 //!   logging (stderr `write`; `sendto`/`sendmsg` to a connected syslog socket). Set-up-only
-//!   syscalls (`mount`, `unshare`, `pivot_root`, `bind`, `listen`, capability and Landlock
-//!   calls) are not in it. The list was taken from `strace -f` of the integration tests and
+//!   syscalls (`mount`, `unshare` of namespaces, `pivot_root`, `bind`, `listen`, capability and
+//!   Landlock calls) are not in it. The list was taken from `strace -f` of the integration tests and
 //!   of the QEMU end-to-end guest test (docs/security.md); a new syscall in the code must be
 //!   added here, and the integration tests (which run under `kill` by default) fail if it is not.
-//! - Arguments are not filtered: the filter bounds what a compromised daemon can ask of the
-//!   kernel, the sandbox bounds what those calls can reach.
+//! - Arguments are not filtered (but for `unshare`, allowed with CLONE_FS alone: see
+//!   [`UNSHARE_FLAGS`]): the filter bounds what a compromised daemon can ask of the kernel, the
+//!   sandbox bounds what those calls can reach.
 //! - `kill` ends the whole process (`SECCOMP_RET_KILL_PROCESS`), `trap` sends SIGSYS to the
 //!   thread, `log` lets the call through and has the kernel log it (audit type 1326).
 
 use crate::option_values::option_values;
 use std::collections::BTreeMap;
 
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
 
 option_values! {
     /// What happens on a syscall outside the allowlist (`--seccomp`).
@@ -132,8 +136,11 @@ pub const ALLOWED: &[libc::c_long] = &[
     libc::SYS_fsetxattr,
     libc::SYS_flistxattr,
     libc::SYS_fremovexattr,
-    // Security labels of new symlinks and special files (passthrough/labels.rs).
-    crate::passthrough::sys::xattr::SYS_SETXATTRAT,
+    // Security labels of new symlinks and special files (passthrough/sys/xattr.rs,
+    // `setxattr_o_path`: `unshare(CLONE_FS)` once per thread, see `UNSHARE_FLAGS`).
+    libc::SYS_fchdir,
+    libc::SYS_setxattr,
+    libc::SYS_unshare,
     libc::SYS_flock,
     // Removing the pid file and the socket on exit (ENOENT once confined, but not fatal).
     libc::SYS_unlink,
@@ -141,6 +148,11 @@ pub const ALLOWED: &[libc::c_long] = &[
     libc::SYS_setfsuid,
     libc::SYS_setfsgid,
 ];
+
+/// The one `unshare` allowed while serving, an argument filter (the exception to "arguments are
+/// not filtered"): CLONE_FS, which gives a thread its own cwd and nothing else. Namespaces stay
+/// out of reach.
+pub const UNSHARE_FLAGS: u64 = libc::CLONE_FS as u64;
 
 /// The BPF program for `mode`, `None` for [`SeccompMode::None`].
 pub fn program(mode: SeccompMode) -> Result<Option<BpfProgram>, String> {
@@ -150,8 +162,13 @@ pub fn program(mode: SeccompMode) -> Result<Option<BpfProgram>, String> {
         SeccompMode::Trap => SeccompAction::Trap,
         SeccompMode::None => return Ok(None),
     };
-    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+    let unshare =
+        SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::Eq, UNSHARE_FLAGS)
+            .and_then(|c| SeccompRule::new(vec![c]))
+            .map_err(|e| format!("seccomp: {e}"))?;
+    rules.insert(libc::SYS_unshare, vec![unshare]);
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|e| format!("seccomp: unsupported architecture: {e}"))?;
     let filter = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, arch)

@@ -16,6 +16,15 @@ extern "C" fn exit_42(_: libc::c_int) {
 /// Forks; the child installs the filter of `mode` on itself, makes syscall `nr` and exits 0.
 /// Returns the child's pid and wait status.
 fn child_calls(mode: SeccompMode, nr: libc::c_long) -> (libc::pid_t, libc::c_int) {
+    child_calls_with(mode, nr, 0)
+}
+
+/// [`child_calls`] with `arg` as the syscall's first argument.
+fn child_calls_with(
+    mode: SeccompMode,
+    nr: libc::c_long,
+    arg: libc::c_long,
+) -> (libc::pid_t, libc::c_int) {
     let prog = program(mode).unwrap().unwrap();
     // SAFETY: the child only makes async-signal-safe calls (sigaction, prctl, seccomp,
     // syscall, _exit); the program was built before the fork.
@@ -30,7 +39,7 @@ fn child_calls(mode: SeccompMode, nr: libc::c_long) -> (libc::pid_t, libc::c_int
             if seccompiler::apply_filter(&prog).is_err() {
                 libc::_exit(3);
             }
-            libc::syscall(nr);
+            libc::syscall(nr, arg);
             libc::_exit(0);
         }
     }
@@ -98,4 +107,26 @@ fn log_lets_the_call_through_and_the_kernel_logs_it() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     panic!("no kernel log record of syscall {FORBIDDEN} by pid {pid}");
+}
+
+#[test]
+fn unshare_is_allowed_for_clone_fs_only() {
+    let fs = libc::CLONE_FS as libc::c_long;
+    let (_, status) = child_calls_with(SeccompMode::Kill, libc::SYS_unshare, fs);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{status:#x}"
+    );
+    for flags in [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWNS | libc::CLONE_FS,
+        0,
+    ] {
+        let (_, status) = child_calls_with(SeccompMode::Kill, libc::SYS_unshare, flags.into());
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS,
+            "unshare({flags:#x}) not killed: {status:#x}"
+        );
+    }
 }
