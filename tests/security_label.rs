@@ -333,6 +333,33 @@ fn a_guest_user_gets_its_own_node_and_existing_names_are_kept() {
 }
 
 #[test]
+fn labelled_nodes_get_the_translated_owner() {
+    let s = Session::start(&[
+        "--security-label",
+        "--translate-uid=map:1000:2000:1",
+        "--translate-gid=map:1000:2000:1",
+    ]);
+    fs::set_permissions(s.shared.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let user = s.client.with_creds(1000, 1000);
+    for op in OPS {
+        let name = format!("{op:?}-translated");
+        let e = create(&user, op, &name, &secctx(SELINUX, CTX), Carry::Extlen).unwrap();
+        assert_eq!(
+            (e.attr.uid, e.attr.gid),
+            (1000, 1000),
+            "{op:?}: the guest's view"
+        );
+        let md = fs::symlink_metadata(s.shared.join(&name)).unwrap();
+        assert_eq!((md.uid(), md.gid()), (2000, 2000), "{op:?}: the host's");
+        assert_eq!(
+            lget(&s.shared.join(&name), SELINUX),
+            Ok(CTX.to_vec()),
+            "{op:?}"
+        );
+    }
+}
+
+#[test]
 fn tmpfile_is_labelled_before_it_gets_a_name() {
     let s = Session::start(&["--security-label"]);
     let c = &s.client;
