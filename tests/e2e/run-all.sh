@@ -216,6 +216,10 @@ else
   summary+=("writeback: FAIL(writeback-probe.c did not build)")
   failed=$((failed + 1))
 fi
+# --security-label=always: INIT fails unless the guest offers FUSE_SECURITY_CTX (no mount), and
+# then every create, mkdir, mknod and symlink of the fs test carries the guest kernel's security
+# context record (empty: no LSM gives labels in this guest), which the daemon must parse.
+run_case security-label pass "${daemon[@]}" --security-label=always
 # Multi-queue: the guest spreads requests over 2 request queues (2 vCPUs); virtiofsd serves 1.
 if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
   E2E_QUEUES=2 run_case prefer-2-queues pass "${daemon[@]}"
