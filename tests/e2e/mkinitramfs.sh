@@ -52,6 +52,8 @@ for tool in cpio "${compressor[0]}"; do
 done
 
 root=$(mktemp -d "${TMPDIR:-/tmp}/vhostfs-initramfs.XXXXXX")
+# The guest's / (mktemp made it 0700): guest users other than root must reach /bin.
+chmod 0755 "$root"
 tmp_out="$out.tmp.$$"
 trap 'rm -rf "$root" "$tmp_out"' EXIT
 

@@ -103,6 +103,14 @@ probe_initramfs=$(build_probe posix "posix case")
 mmap_initramfs=$(build_probe mmap "mmap cases")
 xattr_initramfs=$(build_probe xattr "xattrmap case")
 writeback_initramfs=$(build_probe writeback "writeback case")
+# setfacl/getfacl (package acl) and setfattr/getfattr (attr), with their libraries.
+translate_bins=()
+for b in setfacl getfacl setfattr getfattr; do
+  translate_bins+=(--extra-bin "$(command -v "$b" || echo "/missing/$b")")
+done
+translate_initramfs=$work/translate.cpio.gz
+"$here/mkinitramfs.sh" "${translate_bins[@]}" "$translate_initramfs" "$here/guest-translate-test.sh" >/dev/null \
+  || { log "cannot build the translate initramfs (setfacl/getfacl: package acl; setfattr/getfattr: attr): the translate cases fail" >&2; translate_initramfs=''; }
 log "initramfs built in $(elapsed "$t0" "$(now)") s"
 log "daemon: ${daemon[*]} ($("${daemon[0]}" --version 2>/dev/null | head -n1 || echo 'version unknown'))"
 
@@ -116,7 +124,9 @@ run_case() {
   local name=$1 expect=$2; shift 2
   local dir=$work/cases/$name logs=$logroot/$name rc=0 t1 t2 t3 t4 prep verify_rc=0 verdict
   local initramfs=${CASE_INITRAMFS:-$work/initramfs.cpio.gz} host=${CASE_HOST:-1}
-  if [ -n "${E2E_CASES:-}" ] && [[ " $E2E_CASES " != *" $name "* ]]; then return 0; fi
+  # CASE_GROUP=NAME: E2E_CASES may also name the case by its group.
+  if [ -n "${E2E_CASES:-}" ] && [[ " $E2E_CASES " != *" $name "* ]] \
+    && [[ " $E2E_CASES " != *" ${CASE_GROUP:-$name} "* ]]; then return 0; fi
   mkdir -p "$dir" "$logs"
   log "=== case $name: $* (expect $expect)"
   t1=$(now)
@@ -220,6 +230,28 @@ fi
 # then every create, mkdir, mknod and symlink of the fs test carries the guest kernel's security
 # context record (empty: no LSM gives labels in this guest), which the daemon must parse.
 run_case security-label pass "${daemon[@]}" --security-label=always
+# --translate-uid/--translate-gid with the lines of KubeVirt (host:107:0:1, and its migration
+# options), Incus (its id range, the rest forbidden, with --posix-acl: ACL ids translated both
+# ways) and Docker Desktop (every uid squashed onto 1000, its xattrmap): owners on the host and
+# in `ls -ln`, EPERM for a forbidden uid, setfacl/getfacl (E2E_CASES="translate" runs the three).
+translate_lines=(
+  "kubevirt|--sandbox=none --cache=auto --migration-on-error=guest-error --migration-mode=find-paths --translate-uid=host:107:0:1"
+  "incus|--translate-uid=map:0:1000000:65536 --translate-gid=map:0:1000000:65536 --translate-uid=forbid-guest:65536:4294901759 --translate-gid=forbid-guest:65536:4294901759 --posix-acl"
+  "docker|--xattr --xattrmap=:prefix:all::user.docker.desktop.::bad:all::: --translate-uid squash-guest:0:1000:4294967295 --announce-submounts --sandbox=none --cache=auto"
+)
+for line in "${translate_lines[@]}"; do
+  m=${line%%|*}
+  # shellcheck disable=SC2206 # the launcher's arguments, split on blanks
+  line_args=(${line#*|})
+  if [ -z "$translate_initramfs" ]; then
+    summary+=("translate-$m: FAIL(no translate initramfs)")
+    failed=$((failed + 1))
+    continue
+  fi
+  CASE_GROUP=translate CASE_INITRAMFS=$translate_initramfs CASE_HOST=0 \
+    CASE_PREPARE="$here/translate-host.sh --make $m" CASE_VERIFY="$here/translate-host.sh --verify $m" \
+    run_case "translate-$m" pass "${daemon[@]}" "${line_args[@]}"
+done
 # Multi-queue: the guest spreads requests over 2 request queues (2 vCPUs); virtiofsd serves 1.
 if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
   E2E_QUEUES=2 run_case prefer-2-queues pass "${daemon[@]}"
