@@ -3,6 +3,7 @@ pub mod cli;
 pub mod daemon;
 pub mod fuse_server;
 pub mod logger;
+pub mod metrics;
 mod option_values;
 pub mod passthrough;
 pub mod pid_file;

@@ -27,6 +27,7 @@ use vmm_sys_util::event::{
 };
 
 use crate::fuse_server::FuseServer;
+use crate::metrics::QueueGauges;
 use crate::stall_watch::{StallWatch, TICK};
 use crate::worker_pool::WorkerPool;
 
@@ -102,6 +103,8 @@ struct Inner {
     vrings: Vec<OnceLock<Vring>>,
     /// Queue threads stuck in one request get help (see [`VhostFsBackend::rescue`]).
     watch: Arc<StallWatch>,
+    /// Requests in flight and chains waiting, per queue (for the metrics).
+    gauges: Arc<QueueGauges>,
 }
 
 impl VhostFsBackend {
@@ -140,6 +143,7 @@ impl VhostFsBackend {
             tag,
             vrings: (0..queues).map(|_| OnceLock::new()).collect(),
             watch: StallWatch::new(queues),
+            gauges: Arc::new(QueueGauges::new(queues)),
         });
         let weak = Arc::downgrade(&inner);
         inner.watch.start(move |queue| {
@@ -148,6 +152,11 @@ impl VhostFsBackend {
             }
         })?;
         Ok(VhostFsBackend { inner })
+    }
+
+    /// Requests in flight and queue depth, per queue (0: high priority, 1..: requests).
+    pub fn queue_gauges(&self) -> Arc<QueueGauges> {
+        Arc::clone(&self.inner.gauges)
     }
 
     /// The guest memory map, once the frontend sent it.
@@ -166,7 +175,7 @@ impl VhostFsBackend {
             if event_idx {
                 vring.disable_notification().map_err(io::Error::other)?;
             }
-            self.drain(vring, &atomic, event_idx, Some(queue))?;
+            self.drain(vring, &atomic, event_idx, queue, true)?;
             // With EVENT_IDX, re-enable notifications and look again: the guest may have added
             // chains after the last pop and before it saw notifications enabled.
             if !event_idx || !vring.enable_notification().map_err(io::Error::other)? {
@@ -175,9 +184,9 @@ impl VhostFsBackend {
         }
     }
 
-    /// Pops and serves chains until `vring` is empty. The thread that pops a chain serves it:
-    /// no hand-over, so one request in flight costs no thread switch. On the queue's own thread
-    /// (`queue` is `Some`), when at least [`RECRUIT_BACKLOG`] chains are still waiting after a
+    /// Pops and serves chains until `vring` (queue `queue`) is empty. The thread that pops a
+    /// chain serves it: no hand-over, so one request in flight costs no thread switch. On the
+    /// queue's own thread (`own`), when at least [`RECRUIT_BACKLOG`] chains are still waiting after a
     /// pop, an idle pool thread (if any) is asked to drain the queue alongside, so a backlog is
     /// served in parallel; and each request is shown to the stall watcher, which sends help when
     /// one runs long.
@@ -192,8 +201,10 @@ impl VhostFsBackend {
         vring: &Vring,
         atomic: &GuestMemoryAtomic<GuestMemory>,
         event_idx: bool,
-        queue: Option<usize>,
+        queue: usize,
+        own: bool,
     ) -> io::Result<()> {
+        let gauges = &self.inner.gauges;
         // One snapshot of the memory map per drain: a chain popped under it is served under it,
         // and a new map (memory hot-plug) is picked up at the next kick.
         let mem = atomic.memory();
@@ -212,14 +223,15 @@ impl VhostFsBackend {
                         urgent = bulk;
                     }
                 }
-                let queue = state.get_queue_mut();
-                let chain = queue.pop_descriptor_chain(mem.clone());
+                let q = state.get_queue_mut();
+                let chain = q.pop_descriptor_chain(mem.clone());
                 let backlog = match &chain {
-                    Some(_) => queue
+                    Some(_) => q
                         .avail_idx(&*mem, Ordering::Acquire)
-                        .map_or(0, |avail| avail.0.wrapping_sub(queue.next_avail())),
+                        .map_or(0, |avail| avail.0.wrapping_sub(q.next_avail())),
                     None => 0,
                 };
+                gauges.set_depth(queue, backlog);
                 if unsignalled > 0 && (urgent || backlog == 0 || unsignalled >= NOTIFY_BATCH) {
                     notify(&mut state, event_idx)?;
                     unsignalled = 0;
@@ -228,19 +240,22 @@ impl VhostFsBackend {
             };
             let Some(chain) = chain else { return Ok(()) };
             let (request, reply) = buffer_bytes(&chain);
-            if queue.is_some() && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply >= BULK)) {
-                self.recruit_helper(vring, atomic, event_idx);
+            if own && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply >= BULK)) {
+                self.recruit_helper(queue, vring, atomic, event_idx);
             }
             let head = chain.head_index();
             let bulk = request >= BULK;
-            let _serving = queue.and_then(|q| self.inner.watch.serving(q));
+            let _watched = own.then(|| self.inner.watch.serving(queue)).flatten();
+            let _in_flight = gauges.serving(queue);
             served = Some((head, self.inner.server.handle_chain(&*mem, chain), bulk));
         }
     }
 
-    /// Starts one more pool thread draining `vring`, unless every pool thread is busy already.
+    /// Starts one more pool thread draining `vring` (queue `queue`), unless every pool thread
+    /// is busy already.
     fn recruit_helper(
         &self,
+        queue: usize,
         vring: &Vring,
         atomic: &GuestMemoryAtomic<GuestMemory>,
         event_idx: bool,
@@ -252,7 +267,7 @@ impl VhostFsBackend {
         }
         let (this, vring, atomic) = (self.clone(), vring.clone(), atomic.clone());
         pool.execute(move || {
-            if let Err(e) = this.drain(&vring, &atomic, event_idx, None) {
+            if let Err(e) = this.drain(&vring, &atomic, event_idx, queue, false) {
                 log::error!("cannot serve a request queue: {e}");
             }
             this.inner.helpers.fetch_sub(1, Ordering::AcqRel);
@@ -288,7 +303,7 @@ impl VhostFsBackend {
         };
         log::debug!("queue {queue}: a request has run for over {TICK:?}; {backlog} waiting");
         if backlog > 0 {
-            self.recruit_helper(vring, &atomic, event_idx);
+            self.recruit_helper(queue, vring, &atomic, event_idx);
         }
     }
 }

@@ -5,7 +5,6 @@
 //! opcodes are matched here with a checked `match` on the raw number.
 
 pub mod abi;
-mod counters;
 mod dir;
 mod ext;
 mod file;
@@ -17,15 +16,16 @@ use std::io::{self, Read};
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter, Writer};
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::{ByteValued, GuestMemory};
 
 use abi::*;
-use counters::Counters;
 use reply::{einval, errno_of};
 
+use crate::metrics::requests::{RequestMetrics, RequestSnapshot};
 use crate::option_values::option_values;
 use crate::passthrough::{Context, PassthroughFs};
 
@@ -76,6 +76,21 @@ impl Default for ServerOptions {
 
 /// Counter slots: one per opcode number up to FUSE_MAX_OPCODE, then one for everything else.
 const UNKNOWN_SLOT: usize = FUSE_MAX_OPCODE as usize + 1;
+/// How many counter slots [`ServerMetrics`] has.
+pub const OP_SLOTS: usize = UNKNOWN_SLOT + 1;
+
+/// Requests, errors, data bytes and latency per opcode slot (see [`slot_name`]).
+pub type ServerMetrics = RequestMetrics<OP_SLOTS>;
+
+/// The opcode name (as in the kernel's `fuse_opcode`, without `FUSE_`) of a counter slot, or
+/// `None` for a slot no opcode uses; the last slot is "UNKNOWN".
+pub fn slot_name(slot: usize) -> Option<&'static str> {
+    if slot == UNKNOWN_SLOT {
+        Some("UNKNOWN")
+    } else {
+        opcode_name(u32::try_from(slot).ok()?)
+    }
+}
 
 /// What every handler needs from the in header.
 pub(crate) struct Req {
@@ -96,8 +111,9 @@ pub struct FuseServer {
     dont_mask: AtomicBool,
     /// The last INIT negotiated FUSE_SECURITY_CTX: creating requests carry a security context.
     secctx: AtomicBool,
-    /// Requests, and data bytes moved (READ: file → guest, WRITE: guest → file), per opcode slot.
-    counters: Counters<{ UNKNOWN_SLOT + 1 }>,
+    /// Requests, errors, latency and data bytes moved (READ: file → guest, WRITE: guest →
+    /// file), per opcode slot.
+    metrics: ServerMetrics,
 }
 
 /// What [`FuseServer::stats`] reports for one opcode.
@@ -143,7 +159,7 @@ impl FuseServer {
             initialized: AtomicBool::new(false),
             dont_mask: AtomicBool::new(false),
             secctx: AtomicBool::new(false),
-            counters: Counters::default(),
+            metrics: ServerMetrics::default(),
         }
     }
 
@@ -173,18 +189,24 @@ impl FuseServer {
         self.handle(reader, writer.into())
     }
 
+    /// The request metrics, for a snapshot.
+    pub fn metrics(&self) -> &ServerMetrics {
+        &self.metrics
+    }
+
     /// Requests and data bytes per opcode, for opcodes seen at least once, in opcode order;
     /// requests with an opcode we do not know are counted as "UNKNOWN".
     pub fn stats(&self) -> Vec<OpStats> {
-        (0..=UNKNOWN_SLOT)
-            .filter_map(|i| {
-                let (count, bytes) = self.counters.get(i);
-                let name = if i == UNKNOWN_SLOT {
-                    "UNKNOWN"
-                } else {
-                    opcode_name(i as u32)?
-                };
-                (count > 0).then_some(OpStats { name, count, bytes })
+        let RequestSnapshot { ops, .. } = self.metrics.snapshot();
+        ops.iter()
+            .enumerate()
+            .filter_map(|(slot, op)| {
+                let name = slot_name(slot)?;
+                (op.count > 0).then_some(OpStats {
+                    name,
+                    count: op.count,
+                    bytes: op.bytes,
+                })
             })
             .collect()
     }
@@ -202,30 +224,43 @@ impl FuseServer {
         self.dont_mask.load(Ordering::Acquire).then_some(umask)
     }
 
-    fn count(&self, opcode: u32) {
-        self.counters.count(slot_of(opcode));
-    }
-
     /// Adds `n` data bytes to a (known) opcode's counter.
     fn count_bytes(&self, opcode: u32, n: usize) {
-        self.counters.add_bytes(slot_of(opcode), n as u64);
+        self.metrics.add_bytes(slot_of(opcode), n as u64);
     }
 
-    fn handle<S: BitmapSlice>(&self, mut r: Reader<S>, mut w: Writer<S>) -> u32 {
+    /// Serves one request and records it (a request whose header cannot be read is not).
+    fn handle<S: BitmapSlice>(&self, r: Reader<S>, w: Writer<S>) -> u32 {
+        let started = Instant::now();
+        let (opcode, errno, used) = self.serve(r, w);
+        if let Some(opcode) = opcode {
+            self.metrics.record(slot_of(opcode), errno, started);
+        }
+        used
+    }
+
+    /// Serves one request; returns its opcode (once the header was read), the errno of its
+    /// error reply (0: none) and the used length.
+    fn serve<S: BitmapSlice>(&self, mut r: Reader<S>, mut w: Writer<S>) -> (Option<u32>, i32, u32) {
         let readable = r.available_bytes();
         let mut h = InHeader::default();
         let head = readable.min(std::mem::size_of::<InHeader>());
         if r.read_exact(&mut h.as_mut_slice()[..head]).is_err() {
-            return 0;
+            return (None, 0, 0);
         }
         if head < std::mem::size_of::<InHeader>() {
             // Truncated header: answer EINVAL with whatever `unique` we have (0 when even it
             // is cut), so the guest is not left waiting.
             let unique = if head >= 16 { h.unique } else { 0 };
             log::warn!("request shorter than fuse_in_header ({readable} bytes)");
-            return reply::error(&mut w, unique, libc::EINVAL);
+            return (
+                None,
+                libc::EINVAL,
+                reply::error(&mut w, unique, libc::EINVAL),
+            );
         }
-        self.count(h.opcode);
+        let op = Some(h.opcode);
+        let fail = |w: &mut Writer<S>, errno| (op, errno, reply::error(w, h.unique, errno));
         let ext = match self.prepare(&h, readable, &mut r) {
             Ok(ext) => ext,
             Err(e) => {
@@ -236,7 +271,7 @@ impl FuseServer {
                     h.len,
                     h.total_extlen
                 );
-                return reply::error(&mut w, h.unique, errno_of(&e));
+                return fail(&mut w, errno_of(&e));
             }
         };
         let q = Req {
@@ -262,10 +297,10 @@ impl FuseServer {
             if let Err(e) = res {
                 log::warn!("opcode {} unique {}: {e}", h.opcode, h.unique);
             }
-            return 0;
+            return (op, 0, 0);
         }
         if h.opcode != FUSE_INIT && !initialized {
-            return reply::error(&mut w, h.unique, libc::EIO);
+            return fail(&mut w, libc::EIO);
         }
         if let Some(need) = state_reply_len(h.opcode) {
             if w.available_bytes() < need {
@@ -277,14 +312,14 @@ impl FuseServer {
                     h.unique,
                     w.available_bytes()
                 );
-                return reply::error(&mut w, h.unique, libc::EINVAL);
+                return fail(&mut w, libc::EINVAL);
             }
         }
         match self.dispatch(&q, h.opcode, &mut r, &mut w) {
-            Ok(used) => used,
+            Ok(used) => (op, 0, used),
             Err(e) => {
                 log::debug!("opcode {} unique {}: {e}", h.opcode, h.unique);
-                reply::error(&mut w, h.unique, errno_of(&e))
+                fail(&mut w, errno_of(&e))
             }
         }
     }

@@ -23,7 +23,7 @@
 //!   (warned once), after the fd cache has given its fds back; everything else keeps working.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// fds kept back from the guest: vhost-user socket, eventfds (2 per queue), mount fds, and the
@@ -36,6 +36,8 @@ pub struct FdBudget {
     limit: usize,
     used: AtomicUsize,
     warned: AtomicBool,
+    /// [`FdBudget::take`]s refused with `ENFILE` (touched only when refusing).
+    refused: AtomicU64,
 }
 
 /// One fd's worth of budget; given back on drop.
@@ -48,6 +50,7 @@ impl FdBudget {
             limit,
             used: AtomicUsize::new(0),
             warned: AtomicBool::new(false),
+            refused: AtomicU64::new(0),
         })
     }
 
@@ -62,6 +65,7 @@ impl FdBudget {
         let prev = self.used.fetch_add(1, Ordering::Relaxed);
         if prev >= self.limit {
             self.used.fetch_sub(1, Ordering::Relaxed);
+            self.refused.fetch_add(1, Ordering::Relaxed);
             if !self.warned.swap(true, Ordering::Relaxed) {
                 log::warn!(
                     "the guest holds {} file descriptors, the budget from RLIMIT_NOFILE: \
@@ -93,6 +97,11 @@ impl FdBudget {
     pub fn limit(&self) -> usize {
         self.limit
     }
+
+    /// How many times [`FdBudget::take`] answered `ENFILE`.
+    pub fn refusals(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for FdToken {
@@ -112,6 +121,9 @@ mod tests {
         let _t2 = b.take().unwrap();
         assert_eq!(b.take().unwrap_err().raw_os_error(), Some(libc::ENFILE));
         assert_eq!(b.in_use(), 2);
+        assert_eq!(b.refusals(), 1);
+        assert!(b.try_take().is_none());
+        assert_eq!(b.refusals(), 1, "a quiet try is no refusal");
         drop(t1);
         assert!(b.take().is_ok());
     }

@@ -9,7 +9,7 @@ use crate::sync::lock;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::fd_budget::FdToken;
@@ -50,7 +50,13 @@ impl OpenFile {
     }
 }
 
-type Shard = Mutex<HashMap<u64, Arc<OpenFile>>>;
+/// One shard, and its count readable without its lock (for the metrics).
+#[derive(Default)]
+struct Shard {
+    map: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    /// `map.len()`, stored under the lock by every change.
+    held: AtomicUsize,
+}
 
 pub struct HandleTable {
     shards: Box<[Shard]>,
@@ -60,7 +66,7 @@ pub struct HandleTable {
 impl Default for HandleTable {
     fn default() -> Self {
         HandleTable {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             next: AtomicU64::new(1),
         }
     }
@@ -74,13 +80,16 @@ impl HandleTable {
     /// Stores `file` and returns its new handle number.
     pub fn insert(&self, file: OpenFile) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        lock(self.shard(fh)).insert(fh, Arc::new(file));
+        let shard = self.shard(fh);
+        let mut map = lock(&shard.map);
+        map.insert(fh, Arc::new(file));
+        shard.held.store(map.len(), Ordering::Relaxed);
         fh
     }
 
     /// The open file `fh`, or `EBADF`.
     pub fn get(&self, fh: u64) -> io::Result<Arc<OpenFile>> {
-        lock(self.shard(fh))
+        lock(&self.shard(fh).map)
             .get(&fh)
             .cloned()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
@@ -88,7 +97,13 @@ impl HandleTable {
 
     /// Removes `fh`; its fd closes when the last user drops it (outside any lock).
     pub fn remove(&self, fh: u64) -> io::Result<()> {
-        let f = lock(self.shard(fh)).remove(&fh);
+        let shard = self.shard(fh);
+        let f = {
+            let mut map = lock(&shard.map);
+            let f = map.remove(&fh);
+            shard.held.store(map.len(), Ordering::Relaxed);
+            f
+        };
         match f {
             Some(f) => {
                 drop(f);
@@ -100,12 +115,21 @@ impl HandleTable {
 
     pub fn clear(&self) {
         for s in self.shards.iter() {
-            let all: Vec<_> = lock(s).drain().collect();
+            let all: Vec<_> = {
+                let mut map = lock(&s.map);
+                let all = map.drain().collect();
+                s.held.store(0, Ordering::Relaxed);
+                all
+            };
             drop(all);
         }
     }
 
+    /// How many files and directories are open; takes no lock.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).len()).sum()
+        self.shards
+            .iter()
+            .map(|s| s.held.load(Ordering::Relaxed))
+            .sum()
     }
 }

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::fd_budget::FdToken;
@@ -147,9 +147,23 @@ struct Shard {
     next_seq: u64,
 }
 
+/// One shard, and its count readable without its lock (for the metrics).
+#[derive(Default)]
+struct Slot {
+    shard: Mutex<Shard>,
+    /// `shard.by_id.len()`, stored under the lock by every change.
+    held: AtomicUsize,
+}
+
+impl Slot {
+    fn update_held(&self, shard: &Shard) {
+        self.held.store(shard.by_id.len(), Ordering::Relaxed);
+    }
+}
+
 pub struct InodeTable {
     root: Arc<Inode>,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Slot]>,
 }
 
 fn shard_of_key(key: &InodeKey) -> usize {
@@ -168,9 +182,8 @@ impl InodeTable {
         root.nodeid = ROOT_ID;
         root.lookups = AtomicU64::new(1);
         let root = Arc::new(root);
-        let shards: Box<[Mutex<Shard>]> =
-            (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
-        lock(&shards[shard_of_key(&root.key)])
+        let shards: Box<[Slot]> = (0..SHARDS).map(|_| Slot::default()).collect();
+        lock(&shards[shard_of_key(&root.key)].shard)
             .by_key
             .insert(root.key, ROOT_ID);
         InodeTable { root, shards }
@@ -181,7 +194,7 @@ impl InodeTable {
         if nodeid == ROOT_ID {
             return Ok(Arc::clone(&self.root));
         }
-        lock(&self.shards[shard_of_id(nodeid)])
+        lock(&self.shards[shard_of_id(nodeid)].shard)
             .by_id
             .get(&nodeid)
             .cloned()
@@ -190,7 +203,7 @@ impl InodeTable {
 
     /// The node ID of the inode with `key`, if the table has it (no lookup is taken).
     pub fn id_of(&self, key: &InodeKey) -> Option<u64> {
-        lock(&self.shards[shard_of_key(key)])
+        lock(&self.shards[shard_of_key(key)].shard)
             .by_key
             .get(key)
             .copied()
@@ -198,7 +211,7 @@ impl InodeTable {
 
     /// One more lookup of the inode with `key`, if the table has it.
     pub fn ref_existing(&self, key: &InodeKey) -> Option<Arc<Inode>> {
-        let mut shard = lock(&self.shards[shard_of_key(key)]);
+        let mut shard = lock(&self.shards[shard_of_key(key)].shard);
         let id = *shard.by_key.get(key)?;
         self.ref_id(&mut shard, id)
     }
@@ -218,7 +231,7 @@ impl InodeTable {
     /// node ID (stale, until the guest forgets it) but the key now maps to the new one.
     pub fn insert(&self, mut inode: Inode) -> Arc<Inode> {
         let s = shard_of_key(&inode.key);
-        let mut shard = lock(&self.shards[s]);
+        let mut shard = lock(&self.shards[s].shard);
         if let Some(&id) = shard.by_key.get(&inode.key) {
             let replaced = shard
                 .by_id
@@ -237,6 +250,7 @@ impl InodeTable {
         let inode = Arc::new(inode);
         shard.by_key.insert(inode.key, inode.nodeid);
         shard.by_id.insert(inode.nodeid, Arc::clone(&inode));
+        self.shards[s].update_held(&shard);
         inode
     }
 
@@ -247,7 +261,8 @@ impl InodeTable {
             return false;
         }
         let removed = {
-            let mut shard = lock(&self.shards[shard_of_id(nodeid)]);
+            let slot = &self.shards[shard_of_id(nodeid)];
+            let mut shard = lock(&slot.shard);
             let Some(inode) = shard.by_id.get(&nodeid) else {
                 return false;
             };
@@ -257,6 +272,7 @@ impl InodeTable {
                 return false;
             }
             let inode = shard.by_id.remove(&nodeid).expect("present");
+            slot.update_held(&shard);
             if let Entry::Occupied(e) = shard.by_key.entry(inode.key) {
                 if *e.get() == nodeid {
                     e.remove();
@@ -273,20 +289,22 @@ impl InodeTable {
     pub fn clear(&self) {
         for s in self.shards.iter() {
             let removed: Vec<Arc<Inode>> = {
-                let mut shard = lock(s);
+                let mut shard = lock(&s.shard);
                 shard.by_key.retain(|_, id| *id == ROOT_ID);
-                shard.by_id.drain().map(|(_, v)| v).collect()
+                let removed = shard.by_id.drain().map(|(_, v)| v).collect();
+                s.update_held(&shard);
+                removed
             };
             drop(removed);
         }
     }
 
-    /// How many inodes the guest holds, the root included.
+    /// How many inodes the guest holds, the root included; takes no lock.
     pub fn len(&self) -> usize {
         1 + self
             .shards
             .iter()
-            .map(|s| lock(s).by_id.len())
+            .map(|s| s.held.load(Ordering::Relaxed))
             .sum::<usize>()
     }
 

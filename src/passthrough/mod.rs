@@ -148,6 +148,25 @@ pub struct FsConfig {
     pub fd_cache_size: usize,
 }
 
+/// What [`PassthroughFs::gauges`] reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FsGauges {
+    /// Inodes the guest holds (the root included).
+    pub inodes: usize,
+    /// Open files and directories the guest holds.
+    pub open_handles: usize,
+    /// fds of the guest's budget in use (open files and directories, O_PATH inode fds, the fd
+    /// cache's).
+    pub fds_in_use: usize,
+    /// The guest's fd budget (RLIMIT_NOFILE minus the daemon's reserve).
+    pub fd_budget: usize,
+    /// Lookups in the fd cache that found an fd, and that did not.
+    pub fd_cache_hits: u64,
+    pub fd_cache_misses: u64,
+    /// Operations refused with ENFILE because the budget was spent.
+    pub enfile_refusals: u64,
+}
+
 const FUSE_ATTR_SUBMOUNT: u32 = 1;
 /// Cached inode fds given back at once when the budget is spent (a few, so a burst of opens
 /// does not shed one at a time).
@@ -319,6 +338,20 @@ impl PassthroughFs {
     /// What FUSE_INIT answered about FUSE_WRITEBACK_CACHE, before the session serves opens.
     pub fn set_writeback(&self, on: bool) {
         self.writeback.set(on);
+    }
+
+    /// The state's counts, for the metrics; reads atomics only (no lock a request takes).
+    pub fn gauges(&self) -> FsGauges {
+        let (fd_cache_hits, fd_cache_misses) = self.fd_cache.hits_and_misses();
+        FsGauges {
+            inodes: self.inodes.len(),
+            open_handles: self.handles.len(),
+            fds_in_use: self.budget.in_use(),
+            fd_budget: self.budget.limit(),
+            fd_cache_hits,
+            fd_cache_misses,
+            enfile_refusals: self.budget.refusals(),
+        }
     }
 
     /// FUSE_DESTROY (and a new FUSE_INIT): forget every inode but the root, close every handle.

@@ -1,0 +1,127 @@
+//! Unit tests of the fd cache.
+
+use super::*;
+
+fn fd() -> Arc<OwnedFd> {
+    Arc::new(std::fs::File::open("/").unwrap().into())
+}
+
+#[test]
+fn hit_evict_and_clear_give_the_budget_back() {
+    let budget = FdBudget::new(1000);
+    let c = FdCache::new(Arc::clone(&budget), usize::MAX);
+    assert_eq!(c.capacity(), 496);
+    assert!(c.get(16).is_none());
+    c.insert(16, fd());
+    c.insert(32, fd());
+    assert!(c.get(16).is_some() && c.get(32).is_some());
+    assert_eq!(budget.in_use(), 2);
+    // Inserting again replaces the fd, not the token.
+    c.insert(16, fd());
+    assert_eq!((budget.in_use(), c.len()), (2, 2));
+    c.evict(16);
+    c.evict(48);
+    assert!(c.get(16).is_none() && c.get(32).is_some());
+    assert_eq!(c.hits_and_misses(), (3, 2), "every get is a hit or a miss");
+    assert_eq!(budget.in_use(), 1);
+    c.clear();
+    assert!(c.is_empty());
+    assert_eq!(budget.in_use(), 0);
+}
+
+#[test]
+fn never_exceeds_capacity_and_keeps_most_of_a_slightly_larger_sweep() {
+    let budget = FdBudget::new(64 * SHARDS * 2);
+    let c = FdCache::new(Arc::clone(&budget), usize::MAX);
+    let cap = c.capacity();
+    assert_eq!(cap, 64 * SHARDS);
+    let ids: Vec<u64> = (1..=(cap as u64 * 11 / 10)).map(|n| n << 4).collect();
+    let mut hits = 0;
+    for round in 0..5 {
+        for &id in &ids {
+            if c.get(id).is_some() {
+                hits += usize::from(round > 0);
+            } else {
+                c.insert(id, fd());
+            }
+        }
+        assert!(c.len() <= cap);
+        assert_eq!(budget.in_use(), c.len());
+    }
+    // LRU would hit nothing here; random replacement keeps well over half.
+    assert!(hits > ids.len() * 4 / 2, "{hits} hits of {}", ids.len() * 4);
+}
+
+#[test]
+fn a_spent_budget_is_not_taken_and_shed_gives_it_back() {
+    let budget = FdBudget::new(64);
+    let c = FdCache::new(Arc::clone(&budget), usize::MAX);
+    let held: Vec<_> = (0..60).map(|_| budget.take().unwrap()).collect();
+    for n in 1..=20u64 {
+        c.insert(n << 4, fd());
+    }
+    assert_eq!(budget.in_use(), 64, "only what was left is taken");
+    assert_eq!(c.len(), 4);
+    assert_eq!(c.shed(3), 3);
+    assert_eq!(budget.in_use(), 61);
+    assert_eq!(c.shed(10), 1);
+    assert!(c.is_empty());
+    drop(held);
+    // A budget too small for a cache: nothing is cached.
+    let tiny = FdCache::new(FdBudget::new(20), usize::MAX);
+    tiny.insert(16, fd());
+    assert!(tiny.is_empty());
+}
+
+#[test]
+fn an_fd_not_used_for_two_sweeps_is_closed_and_a_used_one_stays() {
+    let budget = FdBudget::new(1000);
+    let c = FdCache::new(Arc::clone(&budget), DEFAULT_SIZE);
+    c.insert(16, fd());
+    c.insert(32, fd());
+    assert_eq!(c.sweep(), 2, "both were used since the last sweep");
+    assert!(c.get(16).is_some());
+    assert_eq!(c.sweep(), 1, "32 was not used for a whole sweep period");
+    assert!(c.get(32).is_none());
+    assert_eq!(c.sweep(), 0);
+    assert_eq!(budget.in_use(), 0);
+}
+
+#[test]
+fn two_sweep_periods_fit_in_the_idle_limit() {
+    // What the time bound rests on: an fd is closed by the second sweep after its last use.
+    assert!(2 * SWEEP_PERIOD < IDLE_LIMIT);
+}
+
+#[test]
+fn the_reaper_closes_idle_fds_and_sleeps_when_empty() {
+    let budget = FdBudget::new(1000);
+    let c = FdCache::new(Arc::clone(&budget), DEFAULT_SIZE);
+    for round in 0..2 {
+        let start = std::time::Instant::now();
+        c.insert(16, fd());
+        while !c.is_empty() {
+            // Two sweep periods fit in IDLE_LIMIT (the test above); the slack is for the
+            // reaper thread's wake-up under a loaded `cargo test` (the integration tests
+            // check the 1 s / 2 s bounds on a real daemon: tests/fd_time_bound.rs).
+            assert!(start.elapsed() < 2 * IDLE_LIMIT, "round {round}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(budget.in_use(), 0);
+        // Asleep now: the next insert wakes it (the second round checks it does).
+        std::thread::sleep(SWEEP_PERIOD * 2);
+    }
+}
+
+#[test]
+fn the_size_caps_the_cache_and_zero_disables_it() {
+    let budget = FdBudget::new(100_000);
+    assert_eq!(
+        FdCache::new(Arc::clone(&budget), DEFAULT_SIZE).capacity(),
+        DEFAULT_SIZE
+    );
+    let off = FdCache::new(Arc::clone(&budget), 0);
+    off.insert(16, fd());
+    assert!(off.is_empty());
+    assert_eq!(budget.in_use(), 0);
+}
