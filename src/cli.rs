@@ -24,9 +24,11 @@ pub use crate::passthrough::InodeFileHandles;
 use crate::sandbox::{IdMap, LandlockMode, ModCaps, SandboxConfig, SandboxMode, SeccompMode};
 
 mod compat;
+mod metrics;
 mod options;
 
 use compat::Effective;
+pub use metrics::{MetricsAddr, StatsTarget};
 use options::Opt;
 
 /// Maximum length in bytes of `--tag` (the size of the tag field of the virtio-fs config space).
@@ -39,6 +41,8 @@ pub enum Action {
     Run(Box<Config>),
     /// Print [`capabilities_json`] on stdout and exit 0 (`--print-capabilities`).
     PrintCapabilities,
+    /// `vhostfs stats ...`: print the metrics of a running daemon as a table.
+    Stats(StatsTarget),
     /// Print `text` and exit with `code`: `--help`, `--version`, or the help shown when no
     /// argument is given. `text` goes to stderr when `stderr` is true, else to stdout.
     Exit {
@@ -204,6 +208,8 @@ pub struct Config {
     pub landlock: LandlockMode,
     /// `--tag`: the tag advertised in the device config space (at most [`MAX_TAG_LEN`] bytes).
     pub tag: Option<String>,
+    /// `--metrics` (vhostfs only): where to serve the metrics (default: nowhere).
+    pub metrics: Option<MetricsAddr>,
     /// Warnings about the command line, to be logged once logging is set up: deprecated
     /// spellings that were used (`-o`, `-d`, `-f`, `--socket`, `fallback`), worded as
     /// virtiofsd words them, and migration options, which have no effect yet.
@@ -329,36 +335,47 @@ fn one_line(err: &clap::Error) -> CliError {
     CliError::new(first.strip_prefix("error: ").unwrap_or(first).trim_end())
 }
 
-/// Parses the command line (`args` includes the program name, as from `std::env::args_os`).
-///
-/// Returns the [`Action`] to take, or a one-line [`CliError`] for a syntax error, a bad
-/// value, a missing required option, an invalid `--fd`, or an option vhostfs does not
-/// support yet. `--print-capabilities` is honoured once the syntax is valid, whatever else
-/// is given (as virtiofsd does).
 /// The thread pool size when `--thread-pool-size` is not given: one per CPU.
 pub fn default_thread_pool_size() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Parses the command line (`args` includes the program name, as from `std::env::args_os`).
+///
+/// Returns the [`Action`] to take, or a one-line [`CliError`] for a syntax error, a bad
+/// value, a missing required option, an invalid `--fd`, or an option vhostfs does not
+/// support yet. `--print-capabilities` is honoured once the syntax is valid, whatever else
+/// is given (as virtiofsd does). A first argument `stats` starts the stats subcommand's
+/// command line (virtiofsd's has no subcommands nor positional arguments).
 pub fn parse_args<I: IntoIterator<Item = OsString>>(args: I) -> Result<Action, CliError> {
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    if args.get(1).is_some_and(|a| a == "stats") {
+        args.remove(0);
+        return metrics::parse_stats(args)
+            .map(Action::Stats)
+            .or_else(clap_exit);
+    }
     let matches = match Opt::command().try_get_matches_from(args) {
         Ok(m) => m,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            return match e.kind() {
-                ErrorKind::DisplayHelp
-                | ErrorKind::DisplayVersion
-                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Ok(Action::Exit {
-                    text: e.render().to_string(),
-                    stderr: e.use_stderr(),
-                    code: e.exit_code(),
-                }),
-                _ => Err(one_line(&e)),
-            };
-        }
+        Err(e) => return clap_exit(e),
     };
     let opt = Opt::from_arg_matches(&matches).map_err(|e| one_line(&e))?;
     resolve(opt)
+}
+
+/// Help and version requests as [`Action::Exit`]; anything else as a one-line error.
+fn clap_exit(e: clap::Error) -> Result<Action, CliError> {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Ok(Action::Exit {
+            text: e.render().to_string(),
+            stderr: e.use_stderr(),
+            code: e.exit_code(),
+        }),
+        _ => Err(one_line(&e)),
+    }
 }
 
 /// Applies the compat forms, the support checks and the requirements to a parsed command line.
@@ -498,6 +515,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         gid_map: opt.gid_map,
         landlock: opt.landlock,
         tag: opt.tag,
+        metrics: opt.metrics,
         deprecations,
     })))
 }

@@ -12,7 +12,7 @@ use crate::sync::lock;
 use std::fs;
 use std::io;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use vhost::vhost_user::Error as VhostUserError;
 use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
@@ -28,8 +28,11 @@ use crate::shutdown;
 use crate::systemd::{self, Notifier};
 use crate::vhost_device::VhostFsBackend;
 
+mod metrics;
 mod socket;
 
+pub use metrics::stats_command;
+use metrics::Registry;
 use socket::{open_listener, SocketGroup};
 
 /// virtiofsd's default for `--rlimit-nofile` when it is not given.
@@ -102,6 +105,8 @@ fn check_shared_dir(cfg: &Config) -> Result<(), String> {
 
 /// Serves one vhost-user connection; returns when the frontend disconnects.
 pub fn run(cfg: Config) -> Result<(), String> {
+    // Before the sandbox: the pid the host sees (the supervisor's, with a pid namespace).
+    let host_pid = std::process::id();
     // The environment is read (and cleared) first, while the process has one thread.
     let activation = match cfg.socket {
         SocketSource::Activation => systemd::take_activation_socket()?,
@@ -147,9 +152,19 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if let SocketSource::Path(p) = &cfg.socket {
         lock(&owned).socket = Some(p.clone());
     }
-    let created: Vec<PathBuf> = match &cfg.socket {
+    let mut created: Vec<PathBuf> = match &cfg.socket {
         SocketSource::Path(p) => vec![p.clone(), PidFile::path_for(p)],
         SocketSource::Fd(_) | SocketSource::Activation => Vec::new(),
+    };
+    // Bound on the host too: the sandbox's namespaces and root would hide it.
+    let metrics_listener = match &cfg.metrics {
+        Some(addr) => {
+            let (l, path) = metrics::bind(addr, socket_group.as_ref())?;
+            created.extend(path.clone());
+            lock(&owned).metrics_socket = path;
+            Some(l)
+        }
+        None => None,
     };
     let sandbox_cfg = cfg.sandbox_config();
     let sandbox = Sandbox::enter(&sandbox_cfg, created)?;
@@ -187,13 +202,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // the next start. The pid file's lock stays held until the process exits.
         let mut disarmed = std::mem::take(&mut *lock(&owned));
         disarmed.socket = None;
+        disarmed.metrics_socket = None;
         std::mem::forget(disarmed.pid_file.take());
     }
     sandbox.confine(&sandbox_cfg, fs.uses_file_handles())?;
     // Signals are handled by a thread of their own, started after `confine` (threads started
     // before would keep the capabilities and miss Landlock) and before any other thread, which
     // all inherit the blocked signal mask.
-    install_termination_handler(notifier.clone(), Arc::clone(&owned))
+    let registry: Arc<OnceLock<Arc<Registry>>> = Arc::default();
+    install_signal_handlers(notifier.clone(), Arc::clone(&owned), Arc::clone(&registry))
         .map_err(|e| format!("signal handling: {e}"))?;
     let opts = ServerOptions {
         readdirplus: cfg.readdirplus,
@@ -202,9 +219,21 @@ pub fn run(cfg: Config) -> Result<(), String> {
         security_label: cfg.security_label,
         writeback: cfg.writeback,
     };
-    let server = Arc::new(FuseServer::new(fs, opts));
+    let server = Arc::new(FuseServer::new(Arc::clone(&fs), opts));
     let backend = VhostFsBackend::new(server.clone(), cfg.tag.as_deref(), cfg.thread_pool_size)
         .map_err(|e| e.to_string())?;
+    let registry = registry.get_or_init(|| {
+        Arc::new(Registry::new(
+            host_pid,
+            Arc::clone(&server),
+            fs,
+            backend.queue_gauges(),
+        ))
+    });
+    if let (Some(l), Some(addr)) = (metrics_listener, &cfg.metrics) {
+        metrics::serve(l, Arc::clone(registry)).map_err(|e| format!("--metrics: {e}"))?;
+        log::info!("serving metrics at {addr}");
+    }
 
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon =
@@ -240,16 +269,17 @@ pub fn run(cfg: Config) -> Result<(), String> {
 }
 
 /// What the daemon created on the host and removes when it exits: the socket it bound (not an
-/// inherited one) and its pid file.
+/// inherited one), the metrics socket and its pid file.
 #[derive(Default)]
 struct Owned {
     socket: Option<PathBuf>,
+    metrics_socket: Option<PathBuf>,
     pid_file: Option<PidFile>,
 }
 
 impl Drop for Owned {
     fn drop(&mut self) {
-        if let Some(path) = &self.socket {
+        for path in [&self.socket, &self.metrics_socket].into_iter().flatten() {
             let _ = fs::remove_file(path);
         }
     }
@@ -265,17 +295,29 @@ impl Drop for ReleaseOnDrop {
 }
 
 /// On SIGTERM/SIGINT: tell systemd we stop, remove the socket and pid files, exit 0. Whatever the
-/// guest had in flight is lost, as when the frontend goes away.
-fn install_termination_handler(
+/// guest had in flight is lost, as when the frontend goes away. On SIGUSR1: the metrics table
+/// in the log (info level), one line per row, once `registry` is set.
+fn install_signal_handlers(
     notifier: Option<Notifier>,
     owned: Arc<Mutex<Owned>>,
+    registry: Arc<OnceLock<Arc<Registry>>>,
 ) -> io::Result<()> {
-    shutdown::on_termination(move |signo| {
-        log::info!("{}: exiting", shutdown::signal_name(signo));
-        if let Some(n) = &notifier {
-            n.send("STOPPING=1");
-        }
-        drop(std::mem::take(&mut *lock(&owned)));
-        std::process::exit(0);
-    })
+    shutdown::on_signals(
+        move |signo| {
+            log::info!("{}: exiting", shutdown::signal_name(signo));
+            if let Some(n) = &notifier {
+                n.send("STOPPING=1");
+            }
+            drop(std::mem::take(&mut *lock(&owned)));
+            std::process::exit(0);
+        },
+        move || match registry.get() {
+            Some(r) => {
+                for line in metrics::table(&r.snapshot()).lines() {
+                    log::info!("stats: {line}");
+                }
+            }
+            None => log::info!("stats: not serving yet"),
+        },
+    )
 }

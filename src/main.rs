@@ -11,6 +11,15 @@ fn main() -> ExitCode {
             println!("{}", cli::capabilities_json());
             return ExitCode::SUCCESS;
         }
+        Ok(Action::Stats(target)) => {
+            return match vhostfs::daemon::stats_command(&target) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("vhostfs stats: error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Ok(Action::Exit { text, stderr, code }) => {
             if stderr {
                 eprint!("{text}");

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use super::{CacheMode, MAX_TAG_LEN};
+use super::{CacheMode, MetricsAddr, MAX_TAG_LEN};
 use crate::sandbox::{IdMap, LandlockMode, ModCaps};
 
 use crate::fuse_server::Negotiation;
@@ -39,6 +39,10 @@ fn parse_modcaps(s: &str) -> Result<ModCaps, String> {
 }
 
 fn parse_landlock(s: &str) -> Result<LandlockMode, String> {
+    s.parse()
+}
+
+fn parse_metrics(s: &str) -> Result<MetricsAddr, String> {
     s.parse()
 }
 
@@ -192,6 +196,11 @@ pub(super) struct Opt {
     /// [vhostfs only]
     #[arg(long = "fd-cache-size", value_name = "N", default_value_t = crate::passthrough::fd_cache::DEFAULT_SIZE)]
     pub(super) fd_cache_size: usize,
+
+    /// Serve metrics (Prometheus text format, over HTTP) on a UNIX socket or a loopback TCP
+    /// port; `vhostfs stats` prints them as a table [vhostfs only; default: off]
+    #[arg(long, value_name = "unix:PATH|tcp:127.0.0.1:PORT", value_parser = parse_metrics)]
+    pub(super) metrics: Option<MetricsAddr>,
 
     /// Options in a format compatible with the legacy implementation [deprecated]
     #[arg(short = 'o')]

@@ -72,6 +72,7 @@ fn defaults_match_virtiofsd() {
             gid_map: vec![],
             landlock: LandlockMode::Auto,
             tag: None,
+            metrics: None,
             deprecations: vec![],
         }
     );

@@ -77,7 +77,10 @@ impl SocketGroup {
 }
 
 /// Binds and listens on `path`: mode 0700, or 0770 and `group` as its group.
-fn bind_socket(path: &Path, group: Option<&SocketGroup>) -> Result<UnixListener, String> {
+pub(super) fn bind_socket(
+    path: &Path,
+    group: Option<&SocketGroup>,
+) -> Result<UnixListener, String> {
     // The mode comes from the umask at bind time (not a chmod after), so the socket is never
     // connectable by more than it should be. The process umask is 0 otherwise.
     let old = umask(if group.is_some() { 0o007 } else { 0o077 });
@@ -164,7 +167,7 @@ fn is_listening_at(path: &Path) -> bool {
 /// Checks the socket path before it is (re)created: a file that is not a socket is never
 /// replaced, nor a socket that a live process (without our pid file) listens on; a stale socket
 /// file is replaced.
-fn check_socket_path(path: &Path) -> Result<(), String> {
+pub(super) fn check_socket_path(path: &Path) -> Result<(), String> {
     match fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(format!("socket {}: {e}", path.display())),

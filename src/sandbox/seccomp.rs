@@ -52,6 +52,9 @@ pub const ALLOWED: &[libc::c_long] = &[
     libc::SYS_epoll_wait,
     libc::SYS_epoll_pwait,
     libc::SYS_eventfd2,
+    // The metrics endpoint: reading a request, its socket's timeouts.
+    libc::SYS_recvfrom,
+    libc::SYS_setsockopt,
     libc::SYS_recvmsg,
     libc::SYS_sendmsg,
     libc::SYS_sendto,

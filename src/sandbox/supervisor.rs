@@ -67,6 +67,10 @@ extern "C" fn exit_on_signal(sig: libc::c_int) {
 }
 
 const FORWARDED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+/// Forwarded too, but the child needs no handler of its own for them: the daemon blocks them
+/// and takes them with `sigwait` (SIGUSR1: the metrics table in the log), and a signal pid 1
+/// has no handler for is ignored rather than fatal.
+const FORWARDED_ONLY: [libc::c_int; 1] = [libc::SIGUSR1];
 
 fn set_handler(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
     // SAFETY: a zeroed sigaction with a plain handler and an empty mask is valid.
@@ -91,7 +95,7 @@ fn install_child_signal_handlers() -> io::Result<()> {
 /// The supervisor: forward signals to `child`, wait for it, exit with its status.
 fn supervise(child: libc::pid_t, _alive: OwnedFd) -> ! {
     CHILD.store(child, Ordering::Relaxed);
-    for sig in FORWARDED {
+    for sig in FORWARDED.into_iter().chain(FORWARDED_ONLY) {
         if let Err(e) = set_handler(sig, forward_signal) {
             log::warn!("sandbox supervisor: cannot forward signal {sig}: {e}");
         }
