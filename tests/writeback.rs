@@ -326,3 +326,125 @@ fn cache_writes_keep_the_guests_mtime() {
         c.release(e.nodeid, o.fh, RDWR).unwrap();
     }
 }
+
+/// What a guest touch sends for an existing file under writeback: OPEN O_WRONLY, an explicit
+/// SETATTR of the times through the handle, RELEASE.
+fn touch(s: &Session, nodeid: u64) {
+    let c = &s.client;
+    let o = c.open(nodeid, WRONLY).expect("OPEN");
+    let times = SetattrIn {
+        valid: FATTR_ATIME | FATTR_MTIME | FATTR_CTIME | FATTR_FH,
+        fh: o.fh,
+        atime: 1_600_000_000,
+        mtime: 1_600_000_000,
+        ctime: 1_600_000_000,
+        ..Default::default()
+    };
+    c.setattr(nodeid, &times).expect("SETATTR times");
+    c.release(nodeid, o.fh, WRONLY).unwrap();
+}
+
+/// Proxmox VE's truncated files (docs/writeback.md): the guest instantiates the inode of a file
+/// the host is still writing (and touches it), the host finishes it. A Linux guest takes a
+/// regular file's size only when it instantiates the inode, so the daemon must make it do that
+/// again: the next LOOKUP (the guest's revalidation after the entry timeout) carries a new
+/// generation, which makes the kernel drop the old inode (`fuse_stale_inode()`) and take the
+/// reply's size. Also after a rename in the guest. Never while the guest has the file open
+/// (its dirty pages and times are its own), and never for the guest's own changes.
+#[test]
+fn a_file_the_host_changed_is_handed_out_afresh() {
+    let s = Session::start(&["--writeback"]);
+    let c = &s.client;
+    let path = s.shared.join("download");
+    fs::write(&path, vec![b'x'; 1 << 20]).unwrap();
+    let first = c.lookup(ROOT, "download").unwrap();
+    assert_eq!(first.attr.size, 1 << 20);
+    touch(&s, first.nodeid);
+    // The host's copy goes on: 10 MiB.
+    let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut f, &vec![b'y'; 9 << 20]).unwrap();
+    drop(f);
+    let again = c.lookup(ROOT, "download").unwrap();
+    assert_eq!(again.nodeid, first.nodeid);
+    assert_ne!(
+        again.generation, first.generation,
+        "the guest keeps its 1 MiB inode"
+    );
+    assert_eq!(again.attr.size, 10 << 20);
+    // Stable from then on, and a rename in the guest keeps the full file.
+    assert_eq!(
+        c.lookup(ROOT, "download").unwrap().generation,
+        again.generation
+    );
+    c.rename(ROOT, "download", ROOT, "moved").unwrap();
+    let moved = c.lookup(ROOT, "moved").unwrap();
+    assert_eq!(
+        (moved.generation, moved.attr.size),
+        (again.generation, 10 << 20)
+    );
+
+    // While the guest has it open: no new generation (the open file keeps its inode) until it
+    // is closed.
+    let o = c.open(moved.nodeid, RDWR).unwrap();
+    fs::write(s.shared.join("moved"), b"replaced in place").unwrap();
+    let open = c.lookup(ROOT, "moved").unwrap();
+    assert_eq!(open.generation, moved.generation);
+    c.release(moved.nodeid, o.fh, RDWR).unwrap();
+    let closed = c.lookup(ROOT, "moved").unwrap();
+    assert_ne!(closed.generation, moved.generation);
+    assert_eq!(closed.attr.size, 17);
+}
+
+/// The guest's own writes, truncates and times never look like a host change.
+#[test]
+fn the_guests_own_changes_keep_the_generation() {
+    let s = Session::start(&["--writeback"]);
+    let c = &s.client;
+    let (e, o) = c.create(ROOT, "mine", 0o644, WRONLY, 0).expect("CREATE");
+    assert_eq!(
+        write_with(
+            &s,
+            e.nodeid,
+            o.fh,
+            0,
+            &[b'a'; 10000],
+            FUSE_WRITE_CACHE,
+            WRONLY
+        ),
+        10000
+    );
+    c.setattr(e.nodeid, &with_fh(set_size(3000), o.fh)).unwrap();
+    assert_eq!(
+        write_with(&s, e.nodeid, o.fh, 6000, b"tail", FUSE_WRITE_CACHE, WRONLY),
+        4
+    );
+    // The guest's flush of its mtime on close, then a late cache WRITE.
+    let times = SetattrIn {
+        valid: FATTR_MTIME | FATTR_CTIME | FATTR_FH,
+        fh: o.fh,
+        mtime: 1_700_000_000,
+        ..Default::default()
+    };
+    c.setattr(e.nodeid, &times).unwrap();
+    assert_eq!(
+        write_with(&s, e.nodeid, o.fh, 0, b"late", FUSE_WRITE_CACHE, WRONLY),
+        4
+    );
+    c.release(e.nodeid, o.fh, WRONLY).unwrap();
+    // A truncate by path (no handle), as truncate(1) sends it.
+    c.setattr(e.nodeid, &set_size(8000)).unwrap();
+    touch(&s, e.nodeid);
+    let again = c.lookup(ROOT, "mine").unwrap();
+    assert_eq!((again.generation, again.attr.size), (e.generation, 8000));
+}
+
+/// Without writeback the guest takes every reply's size: generations never change.
+#[test]
+fn without_writeback_the_generation_stays() {
+    let s = Session::start(&[]);
+    fs::write(s.shared.join("f"), b"short").unwrap();
+    let first = s.client.lookup(ROOT, "f").unwrap();
+    fs::write(s.shared.join("f"), b"much longer now").unwrap();
+    let again = s.client.lookup(ROOT, "f").unwrap();
+    assert_eq!((again.generation, again.attr.size), (first.generation, 15));
+}

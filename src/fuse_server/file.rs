@@ -183,11 +183,13 @@ impl FuseServer {
             Err(e) if is_nospace(&e) && self.fs.reclaim_deleted() => write()?,
             other => other?,
         };
-        if i.fuse_flags & FUSE_WRITE_CACHE != 0 {
-            // The data is written: a failure to put the guest's mtime back is not the WRITE's.
-            if let Err(e) = self.fs.after_cache_write(i.fh) {
-                log::debug!("WRITE of fh {}: keeping the guest's mtime: {e}", i.fh);
-            }
+        let cache = i.fuse_flags & FUSE_WRITE_CACHE != 0;
+        // The data is written: a failure to put the guest's mtime back is not the WRITE's.
+        if let Err(e) = self
+            .fs
+            .after_write(i.fh, i.offset.saturating_add(n as u64), cache)
+        {
+            log::debug!("WRITE of fh {}: keeping the guest's view: {e}", i.fh);
         }
         self.count_bytes(FUSE_WRITE, n);
         let out = WriteOut {

@@ -4,6 +4,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::SetattrIn;
@@ -20,7 +21,7 @@ use crate::sync::{read, write};
 const FATTR_MODE: u32 = 1 << 0;
 const FATTR_UID: u32 = 1 << 1;
 const FATTR_GID: u32 = 1 << 2;
-const FATTR_SIZE: u32 = 1 << 3;
+pub(super) const FATTR_SIZE: u32 = 1 << 3;
 const FATTR_ATIME: u32 = 1 << 4;
 pub(super) const FATTR_MTIME: u32 = 1 << 5;
 pub(super) const FATTR_FH: u32 = 1 << 6;
@@ -70,6 +71,7 @@ impl PassthroughFs {
                 inode
             }
         };
+        self.check_guest_view(&inode, &st);
         let submount =
             self.cfg.announce_submounts && key.mnt_id != parent.key.mnt_id && inode.is_dir();
         Ok(self.entry(&inode, st, if submount { FUSE_ATTR_SUBMOUNT } else { 0 }))
@@ -164,7 +166,7 @@ impl PassthroughFs {
         self.cfg.ids.stat_to_guest(&mut attr);
         Entry {
             nodeid: inode.nodeid,
-            generation: 0,
+            generation: inode.generation.load(Ordering::Acquire),
             attr,
             attr_flags,
             entry_timeout: self.cfg.entry_timeout,
@@ -339,7 +341,9 @@ impl PassthroughFs {
             };
             self.set_times_as_guest(&inode, valid, times[1], set)?;
         }
-        sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED).map(|st| self.attr(st))
+        let st = sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
+        self.after_setattr(&inode, valid, attr.size, &st);
+        Ok(self.attr(st))
     }
 
     pub fn readlink(&self, _ctx: &Context, nodeid: u64) -> io::Result<Vec<u8>> {

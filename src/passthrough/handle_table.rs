@@ -125,6 +125,14 @@ impl HandleTable {
         }
     }
 
+    /// Whether the guest holds an open file or directory of node `nodeid` (a scan of the
+    /// table: for the rare caller, see `writeback`).
+    pub fn any_of(&self, nodeid: u64) -> bool {
+        self.shards
+            .iter()
+            .any(|s| lock(&s.map).values().any(|f| f.nodeid == nodeid))
+    }
+
     /// How many files and directories are open; takes no lock.
     pub fn len(&self) -> usize {
         self.shards

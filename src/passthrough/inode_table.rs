@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use super::fd_budget::FdToken;
 use super::file_handle::{FileHandle, MountFds};
 use super::sys;
-use super::writeback::GuestMtime;
+use super::writeback::GuestState;
 
 /// The node ID of the shared directory itself.
 pub const ROOT_ID: u64 = 1;
@@ -68,8 +68,11 @@ pub struct Inode {
     pub source: InodeSource,
     /// Lookups the guest holds; changed only under the shard lock.
     lookups: AtomicU64,
-    /// The guest's own mtime under writeback caching.
-    pub guest_mtime: GuestMtime,
+    /// What the guest's inode holds under writeback caching (see `writeback`).
+    pub guest: GuestState,
+    /// FUSE generation of the node ID: raised (only under writeback, see `writeback`) to make
+    /// the guest drop its inode and take a fresh one with the host's size and data.
+    pub generation: AtomicU64,
 }
 
 /// An fd for one operation on an inode: borrowed from the table or opened for the occasion.
@@ -101,7 +104,8 @@ impl Inode {
             kind,
             source,
             lookups: AtomicU64::new(0),
-            guest_mtime: GuestMtime::default(),
+            guest: GuestState::default(),
+            generation: AtomicU64::new(0),
         }
     }
 

@@ -18,7 +18,14 @@
 //! kernel does not wait for its writeback WRITEs before sending the times). Each such WRITE would
 //! set the host's mtime to the time it arrived, later than what the guest shows, and a guest that
 //! drops its cache then sees the file change its mtime. So under writeback the mtime the guest set
-//! last is kept with the inode ([`GuestMtime`]) and put back after every cache WRITE.
+//! last is kept with the inode ([`GuestState`]) and put back after every cache WRITE.
+//!
+//! And the guest takes a regular file's size from us only when it instantiates the inode: a
+//! file the host changes while the guest holds its inode stays, in the guest, at the size and
+//! content it had then, however often the guest looks it up (Proxmox VE's truncated files, see
+//! docs/writeback.md). So the guest's view (size and mtime) is kept with the inode too, and an
+//! entry reply for a node whose host file no longer matches it, while the guest has the node
+//! closed, carries a new generation: the guest replaces its inode ([`GuestState`]).
 //!
 //! Who may read through a widened handle: only the guest kernel, to fill pages for writes the
 //! guest user was allowed. The guest checks every open against the attributes
@@ -38,7 +45,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use super::credentials::Credentials;
-use super::entries::{FATTR_CTIME, FATTR_FH, FATTR_MTIME, FATTR_MTIME_NOW};
+use super::entries::{FATTR_CTIME, FATTR_FH, FATTR_MTIME, FATTR_MTIME_NOW, FATTR_SIZE};
 use super::inode_table::Inode;
 use super::{sys, PassthroughFs};
 use crate::sync::lock;
@@ -77,15 +84,92 @@ impl Writeback {
     }
 }
 
-/// The mtime the guest last set explicitly on a regular file while writeback was on.
-///
-/// Invariant: the host file's mtime is changed, by SETATTR and by the restore after a cache WRITE,
-/// only under this lock, and the value set last is the one held here: whatever order SETATTRs and
-/// WRITEs of the page cache arrive in, the host ends with the guest's last mtime.
+/// Size and mtime of a regular file as the guest's inode holds them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct View {
+    size: u64,
+    mtime: (i64, u32),
+}
+
+impl View {
+    fn of(st: &libc::statx) -> View {
+        View {
+            size: st.stx_size,
+            mtime: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
+        }
+    }
+}
+
 #[derive(Default)]
-pub struct GuestMtime(Mutex<Option<libc::timespec>>);
+struct Guest {
+    /// What the guest was given when it instantiated the inode, changed by its own requests
+    /// since (WRITE, SETATTR of size and mtime); `None` until the first entry reply under
+    /// writeback.
+    view: Option<View>,
+    /// The mtime the guest last set explicitly, put back after each cache WRITE.
+    mtime: Option<libc::timespec>,
+}
+
+/// The guest's side of a regular file under writeback caching.
+///
+/// Invariants: the host file's mtime is changed, by SETATTR and by the restore after a cache
+/// WRITE, only under this lock, and the value set last is the one held here (whatever order
+/// SETATTRs and WRITEs of the page cache arrive in, the host ends with the guest's last mtime).
+/// The node's generation is raised only under this lock, only when the guest holds no open file
+/// of the node (so it has no dirty pages or unsent times for it: the kernel writes them back
+/// before RELEASE), and only when the host's size or mtime differs from the guest's view.
+#[derive(Default)]
+pub struct GuestState(Mutex<Guest>);
 
 impl PassthroughFs {
+    /// At every entry reply (LOOKUP, READDIRPLUS, creates) for `inode`, with the host's `st`:
+    /// when the host changed the file behind the guest's back (the Proxmox VE case in
+    /// docs/writeback.md) and the guest has it closed, the node gets a new generation. The guest
+    /// kernel then sees a stale inode (`fuse_stale_inode()`): it drops its dentry and inode and
+    /// instantiates the node afresh, with the host's size and no cached pages.
+    pub(super) fn check_guest_view(&self, inode: &Inode, st: &libc::statx) {
+        if !self.writeback.on() || inode.kind != libc::S_IFREG {
+            return;
+        }
+        let host = View::of(st);
+        let mut guest = lock(&inode.guest.0);
+        match guest.view {
+            Some(view) if view != host => {
+                if self.handles.any_of(inode.nodeid) {
+                    return;
+                }
+                let generation = inode.generation.fetch_add(1, Ordering::AcqRel) + 1;
+                log::debug!(
+                    "node {}: changed on the host behind the guest's cache ({view:?} -> \
+                     {host:?}): generation {generation}",
+                    inode.nodeid
+                );
+                guest.view = Some(host);
+                guest.mtime = None;
+            }
+            Some(_) => {}
+            None => guest.view = Some(host),
+        }
+    }
+
+    /// After SETATTR: the `size` it set (FATTR_SIZE in `valid`) is the guest's, and so is an
+    /// mtime set to the host's clock (FATTR_MTIME_NOW; `st`: the host file after the change).
+    /// An explicit mtime went through [`PassthroughFs::set_times_as_guest`].
+    pub(super) fn after_setattr(&self, inode: &Inode, valid: u32, size: u64, st: &libc::statx) {
+        if !self.writeback.on() || inode.kind != libc::S_IFREG {
+            return;
+        }
+        let mut guest = lock(&inode.guest.0);
+        if let Some(view) = guest.view.as_mut() {
+            if valid & FATTR_SIZE != 0 {
+                view.size = size;
+            }
+            if valid & FATTR_MTIME_NOW != 0 {
+                view.mtime = (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec);
+            }
+        }
+    }
+
     /// SETATTR's change of times through `set`: under writeback, an explicit mtime on a regular
     /// file is the guest's own; it is recorded for the restores after cache WRITEs.
     pub(super) fn set_times_as_guest(
@@ -99,30 +183,37 @@ impl PassthroughFs {
         if !(self.writeback.on() && explicit && inode.kind == libc::S_IFREG) {
             return set();
         }
-        let mut guest = lock(&inode.guest_mtime.0);
+        let mut guest = lock(&inode.guest.0);
         set()?;
-        *guest = Some(mtime);
+        guest.mtime = Some(mtime);
+        if let Some(view) = guest.view.as_mut() {
+            view.mtime = (mtime.tv_sec, mtime.tv_nsec as u32);
+        }
         Ok(())
     }
 
-    /// After a WRITE of the guest's page cache (FUSE_WRITE_CACHE) through `fh`: the host file
-    /// gets back the mtime the guest set last, if it set one (see [`GuestMtime`]).
-    pub fn after_cache_write(&self, fh: u64) -> io::Result<()> {
+    /// After a WRITE through `fh` that ended at offset `end`: the guest's view grows with it,
+    /// and after a WRITE of its page cache (`cache`: FUSE_WRITE_CACHE) the host file gets back
+    /// the mtime the guest set last, if it set one.
+    pub fn after_write(&self, fh: u64, end: u64, cache: bool) -> io::Result<()> {
         if !self.writeback.on() {
             return Ok(());
         }
         let open = self.handles.get(fh)?;
         let inode = self.inodes.get(open.nodeid)?;
-        let guest = lock(&inode.guest_mtime.0);
-        match *guest {
-            Some(mtime) => {
+        let mut guest = lock(&inode.guest.0);
+        if let Some(view) = guest.view.as_mut() {
+            view.size = view.size.max(end);
+        }
+        match guest.mtime {
+            Some(mtime) if cache => {
                 let omit = libc::timespec {
                     tv_sec: 0,
                     tv_nsec: libc::UTIME_OMIT,
                 };
                 sys::fd::futimens(open.file.as_fd(), &[omit, mtime])
             }
-            None => Ok(()),
+            _ => Ok(()),
         }
     }
 

@@ -2,7 +2,10 @@
  * case of run-all.sh, daemon run with --writeback). A static binary: it prepares the share on
  * the host, runs the workers in the guest, and verifies the files on the host afterwards.
  *
- *   writeback-probe --make DIR     host, before boot: DIR/wb-seed (the run's random seed)
+ *   writeback-probe --make DIR     host, before boot: DIR/wb-seed (the run's random seed),
+ *                                  DIR/wb-download (DOWNLOAD_START bytes) and a background
+ *                                  process that grows it to DOWNLOAD_SIZE once the guest has
+ *                                  touched it (DIR/wb-touched), then writes DIR/wb-host-done
  *   writeback-probe run DIR        guest: the workers below, then the checks after a cache drop
  *   writeback-probe --verify DIR   host, after the guest unmounted: every file as the model says,
  *                                  with the sizes and mtimes the guest saw
@@ -17,6 +20,12 @@
  * checked against the model, a MAP_SHARED store (msync sometimes) and a read through a
  * mapping, fsync/fdatasync, and closing and reopening the fds. The shared file is only written
  * in the worker's range and never truncated.
+ *
+ * First, Proxmox VE's truncated files (docs/writeback.md): the guest stats, reads and touches
+ * wb-download while the host is still writing it, the host finishes, and after the entry
+ * timeout the guest must see the whole file (download-size, download-content) and keep it
+ * whole through a rename (download-renamed); a guest that keeps its first inode sees
+ * DOWNLOAD_START bytes forever.
  *
  * Guest checks ("PASS: name" / "FAIL: name (details)"): each worker's reads matched the model
  * (worker-N), then after all exited and `echo 3 > drop_caches` (the guest re-reads from the
@@ -141,8 +150,12 @@ static void full_write(int fd, const unsigned char *buf, size_t len, off_t off, 
 /* Compares len bytes read from fd at off with want; prints the first difference. */
 static int check_read(int fd, const unsigned char *want, size_t len, off_t off, const char *what)
 {
-	static unsigned char got[MAX_PRIVATE];
+	static unsigned char got[1024 * 1024]; /* MAX_PRIVATE, and DOWNLOAD_SIZE */
 	size_t done = 0;
+	if (len > sizeof(got)) {
+		printf("%s: %zu bytes is more than the probe reads at once\n", what, len);
+		return 0;
+	}
 	while (done < len) {
 		ssize_t n = pread(fd, got + done, len - done, off + (off_t)done);
 		if (n < 0)
@@ -326,6 +339,8 @@ static void check_file(const char *check, const char *base, int w, const unsigne
 	result(ok, check, "content or size differs from the model");
 }
 
+#include "writeback-download.h"
+
 static int guest(void)
 {
 	uint64_t seed = read_seed();
@@ -335,6 +350,7 @@ static int guest(void)
 	pid_t pids[WORKERS];
 	char name[64];
 
+	download();
 	printf("seed %llu, %d workers x %d operations\n", (unsigned long long)seed, WORKERS, OPS);
 	int fd = open_as("wb-shared", -1, O_WRONLY | O_CREAT | O_TRUNC);
 	if (ftruncate(fd, SHARED_SIZE) < 0)
@@ -405,6 +421,10 @@ static int host_verify(void)
 	char name[64], p[4200];
 
 	replay(seed, priv, shared);
+	static unsigned char want[DOWNLOAD_SIZE];
+	for (size_t i = 0; i < DOWNLOAD_SIZE; i++)
+		want[i] = download_byte(i);
+	check_file("host-download", "wb-download-renamed", -1, want, DOWNLOAD_SIZE, &st);
 	name_of(p, sizeof(p), "wb-seen", -1);
 	FILE *f = fopen(p, "r");
 	if (!f)
@@ -449,6 +469,7 @@ int main(int argc, char **argv)
 		if (!f || fprintf(f, "%llu\n", (unsigned long long)(ts.tv_sec * 1000003ULL ^ ts.tv_nsec) | 1) < 0 ||
 		    fclose(f) != 0)
 			die(p);
+		host_download();
 		return 0;
 	}
 	if (!strcmp(argv[1], "run"))
