@@ -510,6 +510,45 @@ fn malformed_extensions_are_einval_and_create_nothing() {
     create(&s.client, Op::Create, "good", &good, Carry::Extlen).unwrap();
 }
 
+/// Two queues creating the same names at once: for each name one creation wins, the other gets
+/// EEXIST (a CREATE without O_EXCL would open the winner's file), the winner's label is there,
+/// and no staging directory is left behind.
+#[test]
+fn racing_creations_of_one_name() {
+    let s = Session::start_with_queues(&["--security-label"], 2);
+    let other = s.client.on_queue(1);
+    for op in OPS {
+        for round in 0..20 {
+            let name = format!("{op:?}-race-{round}");
+            let (a, b) = std::thread::scope(|sc| {
+                let a =
+                    sc.spawn(|| create(&s.client, op, &name, &secctx(SELINUX, CTX), Carry::Extlen));
+                let b = sc.spawn(|| {
+                    create(
+                        &other,
+                        op,
+                        &name,
+                        &secctx(SELINUX, b"other_t\0"),
+                        Carry::Extlen,
+                    )
+                });
+                (a.join().unwrap(), b.join().unwrap())
+            });
+            let won = [&a, &b].iter().filter(|r| r.is_ok()).count();
+            assert_eq!(won, 1, "{name}: {a:?} {b:?}");
+            assert!(a.err().or(b.err()) == Some(libc::EEXIST), "{name}");
+            let label = lget(&s.shared.join(&name), SELINUX).unwrap();
+            assert!(label == CTX || label == b"other_t\0", "{name}: {label:?}");
+        }
+    }
+    let names = listing(s.shared.path());
+    assert_eq!(names.len(), 80, "{names:?}");
+    assert!(
+        names.iter().all(|n| !n.starts_with(".vhostfs")),
+        "{names:?}"
+    );
+}
+
 /// The invariant itself: while labelled nodes are created over and over, a host thread that
 /// keeps looking at the name, and a second request queue that keeps sending LOOKUP and
 /// GETXATTR for it, never find it without its label.
@@ -564,8 +603,12 @@ fn no_window_without_the_label() {
             (labelled, unlabelled)
         })
     };
-    for round in 0..150 {
+    // At least 150 rounds, more (up to 5000) until the host thread has seen the node once: on a
+    // loaded machine it may not be scheduled during the first ones.
+    let mut round = 0;
+    while round < 150 || (seen.load(Ordering::Relaxed) == 0 && round < 5000) {
         let op = OPS[round % OPS.len()];
+        round += 1;
         let e = create(c, op, "node", &secctx(SELINUX, CTX), Carry::Extlen).unwrap();
         c.forget(e.nodeid, 1);
         if op == Op::Mkdir {
