@@ -166,6 +166,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
         }
         None => None,
     };
+    // The request clock reads /sys to know whether the TSC can be trusted: before the sandbox.
+    let tsc = crate::metrics::clock::calibrate(std::time::Duration::from_millis(10));
+    log::debug!(
+        "requests are timed with {}",
+        if tsc { "the TSC" } else { "CLOCK_MONOTONIC" }
+    );
     let sandbox_cfg = cfg.sandbox_config();
     let sandbox = Sandbox::enter(&sandbox_cfg, created)?;
     let fs_cfg = FsConfig {

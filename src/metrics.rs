@@ -5,13 +5,14 @@
 //! per-thread stripe ([`striped`]), so serving threads never share the cache lines they write;
 //! a reader sums the stripes. Gauges that several threads move (requests in flight per queue)
 //! are one atomic per queue, on a cache line of its own. Nothing here takes a lock, allocates
-//! or makes a syscall per request; the one clock read per side of a request
-//! ([`requests::RequestMetrics`]) is the vDSO's `clock_gettime`.
+//! or makes a syscall per request; the one clock read per side of a request is `rdtsc` or the
+//! vDSO's `clock_gettime` ([`clock`]).
 //!
 //! This module is a leaf: it knows no FUSE, no vhost-user and no command line. `fuse_server`
 //! owns the [`requests::RequestMetrics`], `vhost_device` the [`QueueGauges`], `passthrough` its
 //! own state's counts; the daemon gathers them into one snapshot and formats it.
 
+pub mod clock;
 pub mod requests;
 pub mod striped;
 

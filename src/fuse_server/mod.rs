@@ -16,7 +16,6 @@ use std::io::{self, Read};
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter, Writer};
 use vm_memory::bitmap::BitmapSlice;
@@ -231,7 +230,7 @@ impl FuseServer {
 
     /// Serves one request and records it (a request whose header cannot be read is not).
     fn handle<S: BitmapSlice>(&self, r: Reader<S>, w: Writer<S>) -> u32 {
-        let started = Instant::now();
+        let started = crate::metrics::clock::now();
         let (opcode, errno, used) = self.serve(r, w);
         if let Some(opcode) = opcode {
             self.metrics.record(slot_of(opcode), errno, started);

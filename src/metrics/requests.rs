@@ -7,10 +7,9 @@
 //! request count of a slot is the sum of its buckets, so a snapshot's count always equals its
 //! histogram's.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
-
+use super::clock::{ns_since, Stamp};
 use super::striped::{stripe, STRIPES};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Finite latency buckets: the last is bounded by 2^23 µs (8.4 s).
 pub const BUCKETS: usize = 24;
@@ -124,8 +123,8 @@ impl<const OPS: usize> Default for RequestMetrics<OPS> {
 impl<const OPS: usize> RequestMetrics<OPS> {
     /// Records one answered request of opcode slot `slot` (< `OPS`), started at `started`, with
     /// `errno` (0: success). Takes the request's second clock read.
-    pub fn record(&self, slot: usize, errno: i32, started: Instant) {
-        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    pub fn record(&self, slot: usize, errno: i32, started: Stamp) {
+        let ns = ns_since(started);
         let s = &self.stripes[stripe()];
         let op = &s.ops[slot];
         op.buckets[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
@@ -175,7 +174,8 @@ impl<const OPS: usize> RequestMetrics<OPS> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use crate::metrics::clock::now;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn buckets_are_bounded_by_powers_of_two_microseconds() {
@@ -201,14 +201,18 @@ mod tests {
             for _ in 0..20 {
                 s.spawn(|| {
                     for i in 0..100 {
-                        let started = Instant::now();
+                        let started = now();
                         m.record(1, if i % 10 == 0 { libc::ENOENT } else { 0 }, started);
                         m.add_bytes(1, 3);
                     }
                 });
             }
         });
-        m.record(2, 9999, Instant::now() - Duration::from_secs(100));
+        m.record(
+            2,
+            9999,
+            Stamp::Instant(Instant::now() - Duration::from_secs(100)),
+        );
         let snap = m.snapshot();
         let op = &snap.ops[1];
         assert_eq!((op.count, op.errors, op.bytes), (2000, 200, 6000));
