@@ -245,6 +245,15 @@ impl PassthroughFs {
 
     pub fn setattr(&self, ctx: &Context, nodeid: u64, attr: &SetattrIn) -> io::Result<Attr> {
         self.check_writable()?;
+        let inode = self.inodes.get(nodeid)?;
+        let file = if attr.valid & FATTR_FH != 0 {
+            Some(self.handles.get(attr.fh)?)
+        } else {
+            None
+        };
+        // Before the switch: opening a handle takes CAP_DAC_READ_SEARCH, which a non-root fsuid
+        // drops.
+        let path_fd = self.path_fd(&inode)?;
         // As the caller: the host then checks ownership for chmod/chown/utimes and write
         // access for truncate (a non-root fsuid has no CAP_FOWNER/CAP_CHOWN/CAP_FSETID), so a
         // guest user cannot set the setuid bit on, or take, a file it does not own. The guest's
@@ -257,13 +266,6 @@ impl PassthroughFs {
         } else {
             Some(self.as_caller(ctx)?)
         };
-        let inode = self.inodes.get(nodeid)?;
-        let file = if attr.valid & FATTR_FH != 0 {
-            Some(self.handles.get(attr.fh)?)
-        } else {
-            None
-        };
-        let path_fd = self.path_fd(&inode)?;
         // The fd the changes go through: the open file if given, else the inode's O_PATH fd
         // (reached through /proc/self/fd where the syscall wants a path).
         let proc_name = sys::proc_name(path_fd.as_fd());
@@ -303,9 +305,10 @@ impl PassthroughFs {
                         // Opening a device or FIFO to truncate it could have side effects.
                         return Err(err(libc::EINVAL));
                     }
-                    let f = inode.open(
-                        &self.mounts,
+                    // Through /proc/self/fd, as the caller (write access checked).
+                    let f = sys::reopen(
                         self.proc_self_fd.as_fd(),
+                        path_fd.as_fd(),
                         libc::O_WRONLY | libc::O_NONBLOCK,
                     )?;
                     sys::fd::ftruncate(f.as_fd(), size)?
