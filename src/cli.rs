@@ -5,7 +5,7 @@
 //! stacks (libvirt, Proxmox, hookscripts) calling `virtiofsd --fd=N ...` keep working.
 //! Options whose effect vhostfs does not implement yet are rejected at parse time with a
 //! one-line `not supported yet: --OPTION` error, unless the value given is the behaviour
-//! vhostfs already has (e.g. `--sandbox=none`, `--posix-acl=never`, `--no-killpriv-v2`).
+//! vhostfs already has (e.g. `--sandbox=none`, `--posix-acl=never`).
 //! `docs/options.md` lists every option with its status.
 
 use clap::{CommandFactory, FromArgMatches};
@@ -187,6 +187,9 @@ pub struct Config {
     pub writeback: bool,
     /// `--preserve-noatime`: keep the guest's O_NOATIME when opening (default off: cleared).
     pub preserve_noatime: bool,
+    /// `--killpriv-v2` / `--no-killpriv-v2`, `-o killpriv_v2` / `-o no_killpriv_v2` (default
+    /// off): negotiate FUSE_HANDLE_KILLPRIV_V2.
+    pub killpriv_v2: bool,
     /// `--announce-submounts` / `--no-announce-submounts` (default on).
     pub announce_submounts: bool,
     /// `--log-level`, `-o loglevel=`, `-d` (default `info`).
@@ -285,14 +288,13 @@ pub fn command() -> clap::Command {
 
 /// Lists, in command-line order, the options that were given with an effect vhostfs does
 /// not implement yet.
-fn unsupported(opt: &Opt, eff: &Effective) -> Vec<String> {
+fn unsupported(opt: &Opt) -> Vec<String> {
     let mut found = Vec::new();
     let mut check = |bad: bool, spelling: &str| {
         if bad {
             found.push(spelling.to_string());
         }
     };
-    check(eff.killpriv_v2.value, &eff.killpriv_v2.spelling);
     check(opt.migration_verify_handles, "--migration-verify-handles");
     check(opt.migration_confirm_paths, "--migration-confirm-paths");
     found
@@ -398,7 +400,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         return Ok(Action::PrintCapabilities);
     }
 
-    let unsupported = unsupported(&opt, &eff);
+    let unsupported = unsupported(&opt);
     if !unsupported.is_empty() {
         return Err(CliError::new(format!(
             "not supported yet: {}",
@@ -501,6 +503,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         allow_mmap: opt.allow_mmap,
         writeback: eff.writeback,
         preserve_noatime: opt.preserve_noatime,
+        killpriv_v2: eff.killpriv_v2.value,
         announce_submounts: eff.announce_submounts,
         log_level: if opt.compat_debug {
             log::LevelFilter::Debug

@@ -224,6 +224,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         posix_acl: cfg.posix_acl,
         security_label: cfg.security_label,
         writeback: cfg.writeback,
+        killpriv_v2: cfg.killpriv_v2,
     };
     let server = Arc::new(FuseServer::new(Arc::clone(&fs), opts));
     let backend = VhostFsBackend::new(server.clone(), cfg.tag.as_deref(), cfg.thread_pool_size)

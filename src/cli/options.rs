@@ -214,7 +214,7 @@ pub(super) struct Opt {
     #[arg(long = "no-killpriv-v2")]
     pub(super) no_killpriv_v2: bool,
 
-    /// Enable KILLPRIV V2 support [not supported yet]
+    /// Enable KILLPRIV V2 support
     #[arg(long, overrides_with = "no_killpriv_v2")]
     pub(super) killpriv_v2: bool,
 

@@ -62,6 +62,7 @@ fn defaults_match_virtiofsd() {
             allow_mmap: false,
             writeback: false,
             preserve_noatime: false,
+            killpriv_v2: false,
             announce_submounts: true,
             log_level: log::LevelFilter::Info,
             syslog: false,
@@ -276,14 +277,11 @@ fn compat_o_forms() {
 #[test]
 fn unsupported_options_are_rejected() {
     for (args, expected) in [
-        (&["--killpriv-v2"][..], "--killpriv-v2"),
-        (&["--no-killpriv-v2", "--killpriv-v2"], "--killpriv-v2"),
         (
-            &["--migration-verify-handles"],
+            &["--migration-verify-handles"][..],
             "--migration-verify-handles",
         ),
         (&["--migration-confirm-paths"], "--migration-confirm-paths"),
-        (&["-o", "killpriv_v2"], "-o killpriv_v2"),
     ] {
         assert_eq!(
             fail(args),
@@ -292,9 +290,26 @@ fn unsupported_options_are_rejected() {
         );
     }
     assert_eq!(
-        fail(&["--migration-confirm-paths", "--killpriv-v2"]),
-        "not supported yet: --killpriv-v2, --migration-confirm-paths"
+        fail(&["--migration-confirm-paths", "--migration-verify-handles"]),
+        "not supported yet: --migration-verify-handles, --migration-confirm-paths"
     );
+}
+
+#[test]
+fn killpriv_v2_forms() {
+    for (args, on) in [
+        (&[][..], false),
+        (&["--killpriv-v2"], true),
+        (&["--no-killpriv-v2"], false),
+        (&["--no-killpriv-v2", "--killpriv-v2"], true),
+        (&["--killpriv-v2", "--no-killpriv-v2"], false),
+        (&["-o", "killpriv_v2"], true),
+        (&["-o", "no_killpriv_v2"], false),
+        (&["--killpriv-v2", "-o", "no_killpriv_v2"], false),
+        (&["-o", "no_killpriv_v2,killpriv_v2"], true),
+    ] {
+        assert_eq!(run(args).killpriv_v2, on, "{args:?}");
+    }
 }
 
 #[test]

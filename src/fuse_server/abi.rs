@@ -167,6 +167,15 @@ pub const FUSE_NO_EXPORT_SUPPORT: u64 = 1 << 38;
 pub const FUSE_HAS_RESEND: u64 = 1 << 39;
 pub const FUSE_ALLOW_IDMAP: u64 = 1 << 40;
 
+/// `fuse_write_in.write_flags`: clear setuid/setgid (the caller lacks CAP_FSETID).
+pub const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
+/// `fuse_open_in.open_flags` / `fuse_create_in.open_flags`: an O_TRUNC clears setuid/setgid.
+pub const FUSE_OPEN_KILL_SUIDGID: u32 = 1 << 0;
+/// `fuse_setattr_in.valid`: the truncate (or chown) clears setuid/setgid.
+pub const FATTR_KILL_SUIDGID: u32 = 1 << 11;
+/// `fuse_setxattr_in.setxattr_flags`: setting an access ACL clears setgid.
+pub const FUSE_SETXATTR_ACL_KILL_SGID: u32 = 1 << 0;
+
 /// `fuse_getattr_in.getattr_flags` / `fuse_statx_in.getattr_flags`: `fh` is valid.
 pub const FUSE_GETATTR_FH: u32 = 1 << 0;
 /// `fuse_fsync_in.fsync_flags`: sync data only.
@@ -191,6 +200,19 @@ pub struct InHeader {
 }
 // SAFETY: plain integers, no implicit padding; any bit pattern is valid.
 unsafe impl ByteValued for InHeader {}
+
+/// `fuse_setxattr_in` as the guest sends it once FUSE_SETXATTR_EXT is negotiated (the compat
+/// form, without `setxattr_flags`, is fuse-backend-rs's `SetxattrIn`).
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct SetxattrInExt {
+    pub size: u32,
+    pub flags: u32,
+    pub setxattr_flags: u32,
+    pub padding: u32,
+}
+// SAFETY: plain integers, no implicit padding; any bit pattern is valid.
+unsafe impl ByteValued for SetxattrInExt {}
 
 /// `fuse_init_in` since 7.36. Guests older than that send only the first 16 bytes.
 #[repr(C)]
@@ -350,6 +372,7 @@ mod tests {
         assert_eq!(size_of::<fa::StatfsOut>(), 80);
         assert_eq!(size_of::<fa::FsyncIn>(), 16);
         assert_eq!(size_of::<fa::SetxattrIn>(), 8); // FUSE_COMPAT_SETXATTR_IN_SIZE
+        assert_eq!(size_of::<SetxattrInExt>(), 16);
         assert_eq!(size_of::<fa::GetxattrIn>(), 8);
         assert_eq!(size_of::<fa::GetxattrOut>(), 8);
         assert_eq!(size_of::<fa::AccessIn>(), 8);

@@ -12,7 +12,10 @@ use fuse_backend_rs::transport::{Reader, Writer};
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 
-use super::abi::{FUSE_FSYNC_FDATASYNC, FUSE_READ, FUSE_WRITE, FUSE_WRITE_CACHE};
+use super::abi::{
+    FUSE_FSYNC_FDATASYNC, FUSE_OPEN_KILL_SUIDGID, FUSE_READ, FUSE_WRITE, FUSE_WRITE_CACHE,
+    FUSE_WRITE_KILL_SUIDGID,
+};
 use super::ops::{read_obj, read_rest, reply_empty, take_cstr};
 use super::reply::{self, einval, OUT_HEADER_SIZE};
 use super::{FuseServer, Req};
@@ -98,7 +101,8 @@ impl FuseServer {
         let o = if dir {
             self.fs.opendir(&q.ctx, q.nodeid, i.flags)?
         } else {
-            self.fs.open(&q.ctx, q.nodeid, i.flags)?
+            let kill = self.kill_privs(i.fuse_flags & FUSE_OPEN_KILL_SUIDGID);
+            self.fs.open(&q.ctx, q.nodeid, i.flags, kill)?
         };
         reply::ok(w, q.unique, &[open_out(&o).as_slice()])
     }
@@ -114,6 +118,7 @@ impl FuseServer {
         let (name, rest) = take_cstr(&body)?;
         let label = self.security_label(q, rest, true)?;
         let umask = self.umask(c.umask);
+        let kill = self.kill_privs(c.fuse_flags & FUSE_OPEN_KILL_SUIDGID);
         let created = self.fs.create(
             &q.ctx,
             q.nodeid,
@@ -122,6 +127,7 @@ impl FuseServer {
             c.flags,
             umask,
             label.as_ref(),
+            kill,
         )?;
         reply_created(w, q.unique, &created)
     }
@@ -174,9 +180,11 @@ impl FuseServer {
         if size > r.available_bytes() {
             return Err(einval());
         }
+        let kill = self.kill_privs(i.fuse_flags & FUSE_WRITE_KILL_SUIDGID);
         let mut write = || {
-            self.fs
-                .with_file(i.fh, |f| write_file_from(r, f, size, i.offset))
+            self.fs.with_file_to_write(&q.ctx, i.fh, kill, |f| {
+                write_file_from(r, f, size, i.offset)
+            })
         };
         // A failed pwritev consumed nothing of `r`: it can be tried again.
         let n = match write() {

@@ -97,8 +97,20 @@ pub fn negotiate(opts: &ServerOptions, init: &InitIn) -> Result<Negotiated, i32>
     if opts.writeback {
         wanted |= FUSE_WRITEBACK_CACHE;
     }
+    if opts.killpriv_v2 {
+        if offered(init) & FUSE_HANDLE_KILLPRIV_V2 != 0 {
+            wanted |= FUSE_HANDLE_KILLPRIV_V2;
+        } else {
+            log::warn!("cannot enable KILLPRIV_V2: the guest does not offer it");
+        }
+    }
     let acl = FUSE_POSIX_ACL | FUSE_DONT_MASK;
-    wanted |= by_mode(opts.posix_acl, init, acl, "posix ACLs")?;
+    let acl = by_mode(opts.posix_acl, init, acl, "posix ACLs")?;
+    // With SETXATTR_EXT when offered (Linux 5.16 and on), as virtiofsd 1.14, so that the guest
+    // can ask for the setgid bit to go when it sets an access ACL.
+    if acl != 0 {
+        wanted |= acl | FUSE_SETXATTR_EXT;
+    }
     wanted |= by_mode(
         opts.security_label,
         init,
@@ -167,12 +179,16 @@ impl FuseServer {
                     out.flags2
                 );
                 let used = reply::ok(w, unique, &[out.as_slice()])?;
+                let flags = u64::from(out.flags) | (u64::from(out.flags2) << 32);
                 self.dont_mask
-                    .store(out.flags & FUSE_DONT_MASK as u32 != 0, Ordering::Release);
-                let secctx = (u64::from(out.flags2) << 32) & FUSE_SECURITY_CTX != 0;
-                self.secctx.store(secctx, Ordering::Release);
-                self.fs
-                    .set_writeback(out.flags & FUSE_WRITEBACK_CACHE as u32 != 0);
+                    .store(flags & FUSE_DONT_MASK != 0, Ordering::Release);
+                self.secctx
+                    .store(flags & FUSE_SECURITY_CTX != 0, Ordering::Release);
+                self.fs.set_writeback(flags & FUSE_WRITEBACK_CACHE != 0);
+                self.killpriv_v2
+                    .store(flags & FUSE_HANDLE_KILLPRIV_V2 != 0, Ordering::Release);
+                self.setxattr_ext
+                    .store(flags & FUSE_SETXATTR_EXT != 0, Ordering::Release);
                 self.initialized.store(true, Ordering::Release);
                 Ok(used)
             }
@@ -362,6 +378,43 @@ mod tests {
                 "{offer:#x}"
             );
         }
+    }
+
+    #[test]
+    fn killpriv_v2_only_when_asked_and_offered() {
+        let on = ServerOptions {
+            killpriv_v2: true,
+            ..ServerOptions::default()
+        };
+        let offer = FUSE_HANDLE_KILLPRIV_V2 | FUSE_HANDLE_KILLPRIV | FUSE_ASYNC_READ;
+        assert_eq!(
+            all_flags(&session(&on, &init_in(41, offer))),
+            FUSE_HANDLE_KILLPRIV_V2 | FUSE_ASYNC_READ
+        );
+        let off = session(&ServerOptions::default(), &init_in(41, offer));
+        assert_eq!(all_flags(&off), FUSE_ASYNC_READ);
+        // A guest without it still gets a session, without it.
+        let old = session(&on, &init_in(31, FUSE_ASYNC_READ));
+        assert_eq!(all_flags(&old), FUSE_ASYNC_READ);
+    }
+
+    #[test]
+    fn setxattr_ext_comes_with_posix_acl() {
+        let acl = FUSE_POSIX_ACL | FUSE_DONT_MASK;
+        let opts = ServerOptions {
+            posix_acl: Negotiation::Auto,
+            ..ServerOptions::default()
+        };
+        let with = session(&opts, &init_in(41, acl | FUSE_SETXATTR_EXT));
+        assert_eq!(all_flags(&with), acl | FUSE_SETXATTR_EXT);
+        // Not required (a guest before 5.16 has ACLs without it).
+        assert_eq!(all_flags(&session(&opts, &init_in(41, acl))), acl);
+        // Not without ACLs.
+        let none = session(
+            &ServerOptions::default(),
+            &init_in(41, acl | FUSE_SETXATTR_EXT),
+        );
+        assert_eq!(all_flags(&none), 0);
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub struct ServerOptions {
     /// `--writeback`: negotiate FUSE_WRITEBACK_CACHE when the guest offers it (the filesystem
     /// learns the outcome at each INIT).
     pub writeback: bool,
+    /// `--killpriv-v2`: negotiate FUSE_HANDLE_KILLPRIV_V2, so the guest leaves clearing
+    /// setuid/setgid and capabilities on write, truncate, chown and O_TRUNC opens to us
+    /// (`passthrough/killpriv.rs`).
+    pub killpriv_v2: bool,
 }
 
 impl Default for ServerOptions {
@@ -69,6 +73,7 @@ impl Default for ServerOptions {
             posix_acl: Negotiation::Never,
             security_label: Negotiation::Never,
             writeback: false,
+            killpriv_v2: false,
         }
     }
 }
@@ -113,6 +118,11 @@ pub struct FuseServer {
     /// Requests, errors, latency and data bytes moved (READ: file → guest, WRITE: guest →
     /// file), per opcode slot.
     metrics: ServerMetrics,
+    /// The last INIT negotiated FUSE_HANDLE_KILLPRIV_V2: the kill flags of WRITE, SETATTR,
+    /// OPEN and CREATE count.
+    killpriv_v2: AtomicBool,
+    /// The last INIT negotiated FUSE_SETXATTR_EXT: SETXATTR comes with the extended struct.
+    setxattr_ext: AtomicBool,
 }
 
 /// What [`FuseServer::stats`] reports for one opcode.
@@ -159,6 +169,8 @@ impl FuseServer {
             dont_mask: AtomicBool::new(false),
             secctx: AtomicBool::new(false),
             metrics: ServerMetrics::default(),
+            killpriv_v2: AtomicBool::new(false),
+            setxattr_ext: AtomicBool::new(false),
         }
     }
 
@@ -221,6 +233,13 @@ impl FuseServer {
     /// `Some` only with FUSE_DONT_MASK, where the guest kernel no longer applies it itself.
     fn umask(&self, umask: u32) -> Option<u32> {
         self.dont_mask.load(Ordering::Acquire).then_some(umask)
+    }
+
+    /// Whether a request's kill flag (`flag`: its bit, masked from the request) counts: only
+    /// with FUSE_HANDLE_KILLPRIV_V2 negotiated (a guest without it clears the bits itself, and
+    /// still sets FUSE_WRITE_KILL_SUIDGID on direct writes).
+    fn kill_privs(&self, flag: u32) -> bool {
+        flag != 0 && self.killpriv_v2.load(Ordering::Acquire)
     }
 
     /// Adds `n` data bytes to a (known) opcode's counter.

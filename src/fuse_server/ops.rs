@@ -2,6 +2,7 @@
 
 use std::ffi::CStr;
 use std::io::{self, Read};
+use std::sync::atomic::Ordering;
 
 use fuse_backend_rs::abi::fuse_abi::{
     AccessIn, BatchForgetIn, ForgetIn, ForgetOne, GetattrIn, GetxattrIn, GetxattrOut, Kstatfs,
@@ -11,7 +12,10 @@ use fuse_backend_rs::transport::{Reader, Writer};
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 
-use super::abi::{StatxIn, SyncfsIn, FUSE_GETATTR_FH};
+use super::abi::{
+    SetxattrInExt, StatxIn, SyncfsIn, FATTR_KILL_SUIDGID, FUSE_GETATTR_FH,
+    FUSE_SETXATTR_ACL_KILL_SGID,
+};
 use super::reply::{self, einval};
 use super::{FuseServer, Req};
 use crate::passthrough::{Entry, XattrReply};
@@ -140,7 +144,10 @@ impl FuseServer {
         r: &mut Reader<S>,
         w: &mut Writer<S>,
     ) -> io::Result<u32> {
-        let s: SetattrIn = read_obj(r)?;
+        let mut s: SetattrIn = read_obj(r)?;
+        if !self.kill_privs(s.valid & FATTR_KILL_SUIDGID) {
+            s.valid &= !FATTR_KILL_SUIDGID;
+        }
         let a = self.fs.setattr(&q.ctx, q.nodeid, &s)?;
         reply::ok(w, q.unique, &[reply::attr_out(&a).as_slice()])
     }
@@ -335,7 +342,7 @@ impl FuseServer {
         reply_xattr(w, q.unique, g.size, x)
     }
 
-    /// SETXATTR in its compat form (we never negotiate FUSE_SETXATTR_EXT): size, flags, name,
+    /// SETXATTR: size, flags (and with FUSE_SETXATTR_EXT setxattr_flags and padding), name,
     /// value.
     pub(super) fn do_setxattr<S: BitmapSlice>(
         &self,
@@ -343,11 +350,22 @@ impl FuseServer {
         r: &mut Reader<S>,
         w: &mut Writer<S>,
     ) -> io::Result<u32> {
-        let s: SetxattrIn = read_obj(r)?;
+        let s = if self.setxattr_ext.load(Ordering::Acquire) {
+            read_obj::<SetxattrInExt, S>(r)?
+        } else {
+            let s: SetxattrIn = read_obj(r)?;
+            SetxattrInExt {
+                size: s.size,
+                flags: s.flags,
+                ..Default::default()
+            }
+        };
         let body = read_rest(r)?;
         let (name, rest) = take_cstr(&body)?;
         let value = rest.get(..s.size as usize).ok_or_else(einval)?;
-        self.fs.setxattr(&q.ctx, q.nodeid, name, value, s.flags)?;
+        let kill_sgid = s.setxattr_flags & FUSE_SETXATTR_ACL_KILL_SGID != 0;
+        self.fs
+            .setxattr(&q.ctx, q.nodeid, name, value, s.flags, kill_sgid)?;
         reply_empty(w, q.unique)
     }
 

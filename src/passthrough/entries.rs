@@ -11,6 +11,7 @@ use fuse_backend_rs::abi::fuse_abi::SetattrIn;
 
 use super::file_handle::FileHandle;
 use super::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
+use super::killpriv::fsetid_for_truncate;
 use super::labels::{make_node, NewNode, SecurityLabel};
 use super::sys;
 use super::{
@@ -28,6 +29,8 @@ pub(super) const FATTR_FH: u32 = 1 << 6;
 const FATTR_ATIME_NOW: u32 = 1 << 7;
 pub(super) const FATTR_MTIME_NOW: u32 = 1 << 8;
 pub(super) const FATTR_CTIME: u32 = 1 << 10;
+/// The truncate clears setuid/setgid as for a caller without CAP_FSETID (see `killpriv.rs`).
+const FATTR_KILL_SUIDGID: u32 = 1 << 11;
 
 impl PassthroughFs {
     /// Looks `name` up in the directory `dir` (an fd on the inode `parent`) and takes one lookup
@@ -260,7 +263,7 @@ impl PassthroughFs {
         // root keeps the daemon's privileges, whatever host uid `--translate-uid` gives it (it
         // may chown and chmod in the share as it may without translation); a forbidden caller
         // is EPERM.
-        let _creds = if ctx.uid == 0 {
+        let creds = if ctx.uid == 0 {
             self.caller_ids(ctx)?;
             None
         } else {
@@ -295,6 +298,7 @@ impl PassthroughFs {
         }
         if valid & FATTR_SIZE != 0 {
             let size = i64::try_from(attr.size).map_err(|_| err(libc::EFBIG))?;
+            let _fsetid = fsetid_for_truncate(valid & FATTR_KILL_SUIDGID != 0)?;
             match &file {
                 Some(f) => sys::fd::ftruncate(f.file.as_fd(), size)?,
                 None => {
@@ -343,6 +347,11 @@ impl PassthroughFs {
                 None => sys::utimensat(self.proc_self_fd.as_fd(), &proc_name, &times, 0),
             };
             self.set_times_as_guest(&inode, valid, times[1], set)?;
+        }
+        // As root: the caller may own the file without being allowed to remove its xattrs.
+        drop(creds);
+        if valid & (FATTR_UID | FATTR_GID | FATTR_SIZE) != 0 {
+            self.clear_mapped_capability_of(&inode)?;
         }
         let st = sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
         self.after_setattr(&inode, valid, attr.size, &st);

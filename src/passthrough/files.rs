@@ -8,6 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 
 use super::handle_table::OpenFile;
 use super::inode_table::{Inode, InodeKey, InodeSource};
+use super::killpriv::fsetid_for_truncate;
 use super::labels::{NewNode, SecurityLabel};
 use super::sys;
 use super::{
@@ -55,21 +56,29 @@ impl PassthroughFs {
         f
     }
 
-    /// `flags`: the guest's open(2) flags.
-    pub fn open(&self, _ctx: &Context, nodeid: u64, flags: u32) -> io::Result<Opened> {
+    /// `flags`: the guest's open(2) flags; `kill`: an O_TRUNC clears setuid/setgid as for a
+    /// caller without CAP_FSETID (FUSE_OPEN_KILL_SUIDGID, see [`super::killpriv`]).
+    pub fn open(&self, ctx: &Context, nodeid: u64, flags: u32, kill: bool) -> io::Result<Opened> {
         let flags = self.open_flags(flags)?;
         let inode = self.inodes.get(nodeid)?;
         if inode.is_dir() && flags & libc::O_ACCMODE != libc::O_RDONLY {
             return Err(err(libc::EISDIR));
         }
         let token = self.take_token()?;
+        let trunc = flags & libc::O_TRUNC != 0;
         let open = |flags| inode.open(&self.mounts, self.proc_self_fd.as_fd(), flags);
         let widened = self.writeback.widened(flags);
-        let fd = match widened.filter(|_| inode.kind == libc::S_IFREG).map(open) {
-            Some(Err(e)) if is_denied(&e) => open(flags)?,
-            Some(widened) => widened?,
-            None => open(flags)?,
+        let fd = {
+            let _privs = self.kill_privs(ctx, kill && trunc)?;
+            match widened.filter(|_| inode.kind == libc::S_IFREG).map(open) {
+                Some(Err(e)) if is_denied(&e) => open(flags)?,
+                Some(widened) => widened?,
+                None => open(flags)?,
+            }
         };
+        if trunc {
+            self.clear_mapped_capability(fd.as_fd())?;
+        }
         let fh = self
             .handles
             .insert(OpenFile::new(nodeid, File::from(fd), false, token));
@@ -79,7 +88,9 @@ impl PassthroughFs {
         })
     }
 
-    /// `umask` as for [`PassthroughFs::mknod`], `label` as for [`PassthroughFs::symlink`].
+    /// `umask` as for [`PassthroughFs::mknod`], `label` as for [`PassthroughFs::symlink`];
+    /// `kill` as for [`PassthroughFs::open`] (the name may exist on the host, and O_TRUNC then
+    /// truncates it).
     #[allow(clippy::too_many_arguments)]
     pub fn create(
         &self,
@@ -90,6 +101,7 @@ impl PassthroughFs {
         flags: u32,
         umask: Option<u32>,
         label: Option<&SecurityLabel>,
+        kill: bool,
     ) -> io::Result<(Entry, Opened)> {
         self.check_writable()?;
         check_name(name)?;
@@ -97,6 +109,7 @@ impl PassthroughFs {
         // an exclusive create must then fail with EEXIST rather than open the existing file.
         let excl = flags as i32 & libc::O_EXCL;
         let flags = self.open_flags(flags)? | libc::O_CREAT | excl;
+        let trunc = flags & libc::O_TRUNC != 0;
         let dir = self.inodes.get(parent)?;
         if !dir.is_dir() {
             return Err(err(libc::ENOTDIR));
@@ -113,9 +126,18 @@ impl PassthroughFs {
             }
             None => {
                 let _creds = self.as_caller(ctx)?;
+                // After the switch, which drops CAP_FSETID for a non-root fsuid.
+                let _fsetid = if trunc {
+                    fsetid_for_truncate(kill)?
+                } else {
+                    None
+                };
                 self.retry_nospace(|| sys::openat(dirfd.as_fd(), name, flags, mode))?
             }
         };
+        if trunc {
+            self.clear_mapped_capability(fd.as_fd())?;
+        }
         let entry = self.lookup_at(&dir, dirfd.as_fd(), name)?;
         // The host checked the guest's own access mode as the caller; the read side for the
         // guest's page cache is added by the daemon (see `writeback`).
@@ -218,6 +240,23 @@ impl PassthroughFs {
         // SAFETY: the fd is valid while `open` lives, and ManuallyDrop never closes it.
         let mut file = ManuallyDrop::new(unsafe { File::from_raw_fd(open.file.as_raw_fd()) });
         f(&mut file)
+    }
+
+    /// [`Self::with_file`] for a WRITE by `ctx`: `kill` clears setuid/setgid as for a caller
+    /// without CAP_FSETID (FUSE_WRITE_KILL_SUIDGID), and a mapped `security.capability` goes
+    /// first, as the host kernel removes its own (see [`super::killpriv`]).
+    pub fn with_file_to_write<R>(
+        &self,
+        ctx: &Context,
+        fh: u64,
+        kill: bool,
+        f: impl FnOnce(&mut File) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let _privs = self.kill_privs(ctx, kill)?;
+        self.with_file(fh, |file| {
+            self.clear_mapped_capability(file.as_fd())?;
+            f(file)
+        })
     }
 
     /// Nothing to do: the daemon holds no POSIX locks and no write-back state for an open file,

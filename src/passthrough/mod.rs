@@ -12,7 +12,8 @@
 //!
 //! Split: `entries` (names: lookup, create, link, rename, attributes), `files` (open files and
 //! data), `dirs` (directory handles), `xattrs`, `acl` (the umask under `--posix-acl`), `labels`
-//! (creation with a security context, `--security-label`).
+//! (creation with a security context, `--security-label`), `killpriv` (setuid/setgid and
+//! capabilities cleared where the guest leaves it to us).
 
 mod acl;
 mod credentials;
@@ -25,6 +26,7 @@ mod files;
 mod handle_table;
 pub mod id_map;
 mod inode_table;
+mod killpriv;
 mod labels;
 pub(crate) mod sys;
 mod writeback;
@@ -192,6 +194,9 @@ pub struct PassthroughFs {
     no_handles: RwLock<HashSet<u64>>,
     /// Whether the session negotiated writeback caching (see [`writeback`]).
     writeback: Writeback,
+    /// The host name `--xattrmap` gives the guest's `security.capability`, when it is another
+    /// name (see [`killpriv`]).
+    mapped_capability: Option<std::ffi::CString>,
 }
 
 fn err(errno: i32) -> io::Error {
@@ -279,6 +284,7 @@ impl PassthroughFs {
         if use_handles {
             sys::grow_fd_table(proc_self_fd.as_fd(), fd_cache.capacity() + DAEMON_RESERVE);
         }
+        let mapped_capability = killpriv::mapped_capability(cfg.xattrmap.as_ref());
         Ok(PassthroughFs {
             cfg,
             use_handles,
@@ -290,6 +296,7 @@ impl PassthroughFs {
             proc_self_fd,
             no_handles: RwLock::default(),
             writeback: Writeback::default(),
+            mapped_capability,
         })
     }
 

@@ -119,6 +119,7 @@ impl PassthroughFs {
         }
     }
 
+    /// `acl_kill_sgid`: FUSE_SETXATTR_ACL_KILL_SGID, see [`PassthroughFs::acl_kill_sgid`].
     pub fn setxattr(
         &self,
         _ctx: &Context,
@@ -126,6 +127,7 @@ impl PassthroughFs {
         name: &CStr,
         value: &[u8],
         flags: u32,
+        acl_kill_sgid: bool,
     ) -> io::Result<()> {
         let acl = !self.cfg.ids.is_identity() && is_acl_name(name.to_bytes());
         let name = self.host_name(name, libc::EPERM)?;
@@ -138,7 +140,11 @@ impl PassthroughFs {
         } else {
             Cow::Borrowed(value)
         };
-        xattr::fsetxattr(fd.as_fd(), &name, &value, flags as i32)
+        xattr::fsetxattr(fd.as_fd(), &name, &value, flags as i32)?;
+        if acl_kill_sgid {
+            self.acl_kill_sgid(fd.as_fd(), &name)?;
+        }
+        Ok(())
     }
 
     pub fn removexattr(&self, _ctx: &Context, nodeid: u64, name: &CStr) -> io::Result<()> {

@@ -11,10 +11,12 @@
 //!   fds, `mmap` of guest memory), every FUSE operation of `passthrough/`, Rust std (threads,
 //!   allocator, `getrandom` for hash maps, panics: `tgkill`/`rt_sigprocmask`), glibc and
 //!   logging (stderr `write`; `sendto`/`sendmsg` to a connected syslog socket). Set-up-only
-//!   syscalls (`mount`, `unshare` of namespaces, `pivot_root`, `bind`, `listen`, capability and
-//!   Landlock calls) are not in it. The list was taken from `strace -f` of the integration tests and
-//!   of the QEMU end-to-end guest test (docs/security.md); a new syscall in the code must be
-//!   added here, and the integration tests (which run under `kill` by default) fail if it is not.
+//!   syscalls (`mount`, `unshare` of namespaces, `pivot_root`, `bind`, `listen`, `prctl`
+//!   capability bounding, Landlock calls) are not in it; `capget`/`capset` are, for the
+//!   per-thread CAP_FSETID toggle of `--killpriv-v2`. The list was taken from `strace -f` of the
+//!   integration tests and of the QEMU end-to-end guest test (docs/security.md); a new syscall
+//!   in the code must be added here, and the integration tests (which run under `kill` by
+//!   default) fail if it is not.
 //! - Arguments are not filtered (but for `unshare`, allowed with CLONE_FS alone: see
 //!   [`UNSHARE_FLAGS`]): the filter bounds what a compromised daemon can ask of the kernel, the
 //!   sandbox bounds what those calls can reach.
@@ -150,6 +152,10 @@ pub const ALLOWED: &[libc::c_long] = &[
     // Per-request credentials (credentials.rs).
     libc::SYS_setfsuid,
     libc::SYS_setfsgid,
+    // CAP_FSETID out of and back into one thread's effective set (`--killpriv-v2`); capset
+    // cannot go beyond the permitted set, which the sandbox already narrowed.
+    libc::SYS_capget,
+    libc::SYS_capset,
 ];
 
 /// The one `unshare` allowed while serving, an argument filter (the exception to "arguments are
