@@ -111,6 +111,7 @@ done
 translate_initramfs=$work/translate.cpio.gz
 "$here/mkinitramfs.sh" "${translate_bins[@]}" "$translate_initramfs" "$here/guest-translate-test.sh" >/dev/null \
   || { log "cannot build the translate initramfs (setfacl/getfacl: package acl; setfattr/getfattr: attr): the translate cases fail" >&2; translate_initramfs=''; }
+killpriv_initramfs=$(build_probe killpriv "killpriv case")
 log "initramfs built in $(elapsed "$t0" "$(now)") s"
 log "daemon: ${daemon[*]} ($("${daemon[0]}" --version 2>/dev/null | head -n1 || echo 'version unknown'))"
 
@@ -252,6 +253,18 @@ for line in "${translate_lines[@]}"; do
     CASE_PREPARE="$here/translate-host.sh --make $m" CASE_VERIFY="$here/translate-host.sh --verify $m" \
     run_case "translate-$m" pass "${daemon[@]}" "${line_args[@]}"
 done
+# --killpriv-v2: a guest user (uid 1000) writes, truncates, opens with O_TRUNC and chgrps setuid
+# and setgid files; the bits end as on the guest's tmpfs, in the guest and on the host, and the
+# vhostfs INIT answer (its daemon log) carries FUSE_HANDLE_KILLPRIV_V2.
+if [ -n "$killpriv_initramfs" ]; then
+  kp_verify="$work/killpriv-probe --verify"
+  [ "$(basename "${daemon[0]}")" != vhostfs ] || kp_verify+=" $logroot/killpriv/daemon.log"
+  CASE_INITRAMFS=$killpriv_initramfs CASE_HOST=0 CASE_PREPARE="$work/killpriv-probe --make" \
+    CASE_VERIFY="$kp_verify" run_case killpriv pass "${daemon[@]}" --killpriv-v2
+else
+  summary+=("killpriv: FAIL(killpriv-probe.c did not build)")
+  failed=$((failed + 1))
+fi
 # Multi-queue: the guest spreads requests over 2 request queues (2 vCPUs); virtiofsd serves 1.
 if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
   E2E_QUEUES=2 run_case prefer-2-queues pass "${daemon[@]}"
