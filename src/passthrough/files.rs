@@ -252,8 +252,8 @@ impl PassthroughFs {
         kill: bool,
         f: impl FnOnce(&mut File) -> io::Result<R>,
     ) -> io::Result<R> {
-        let _privs = self.kill_privs(ctx, kill)?;
         self.with_file(fh, |file| {
+            let _privs = self.kill_privs(ctx, kill && has_suid_sgid(file.as_fd())?)?;
             self.clear_mapped_capability(file.as_fd())?;
             f(file)
         })
@@ -389,4 +389,13 @@ impl PassthroughFs {
         let fd = self.path_fd(&inode)?;
         sys::statx(fd.as_fd(), c"", 0, libc::STATX_BASIC_STATS)
     }
+}
+
+/// Whether the file open as `fd` has the setuid or setgid bit: a flagged WRITE needs its
+/// credentials changed only then (every write of a guest user is flagged; the change costs
+/// several syscalls, the check one). A bit set between the check and the write is as if set
+/// right after the write.
+fn has_suid_sgid(fd: std::os::fd::BorrowedFd) -> io::Result<bool> {
+    let st = sys::statx(fd, c"", 0, libc::STATX_MODE)?;
+    Ok(u32::from(st.stx_mode) & (libc::S_ISUID | libc::S_ISGID) != 0)
 }
