@@ -19,7 +19,7 @@ use super::abi::{
 use super::ops::{read_obj, read_rest, reply_empty, take_cstr};
 use super::reply::{self, einval, OUT_HEADER_SIZE};
 use super::{FuseServer, Req};
-use crate::passthrough::{is_nospace, Entry, Opened};
+use crate::passthrough::{is_nospace, Entry, Opened, PassthroughFs};
 
 /// COPY_FILE_RANGE answers in a 32-bit `fuse_write_out.size`: never copy more than fits.
 const MAX_COPY: u64 = 0xffff_f000;
@@ -181,17 +181,27 @@ impl FuseServer {
             return Err(einval());
         }
         let kill = self.kill_privs(i.fuse_flags & FUSE_WRITE_KILL_SUIDGID);
+        let cache = i.fuse_flags & FUSE_WRITE_CACHE != 0;
+        // An append is copied out of guest memory once, up front (it is rare and small).
+        let appended = if self.fs.appends(i.flags, cache) {
+            let mut data = vec![0; size];
+            io::Read::read_exact(r, &mut data)?;
+            Some(data)
+        } else {
+            None
+        };
         let mut write = || {
-            self.fs.with_file_to_write(&q.ctx, i.fh, kill, |f| {
-                write_file_from(r, f, size, i.offset)
-            })
+            self.fs
+                .with_file_to_write(&q.ctx, i.fh, kill, |f| match &appended {
+                    Some(data) => PassthroughFs::append(f, data),
+                    None => write_file_from(r, f, size, i.offset),
+                })
         };
         // A failed pwritev consumed nothing of `r`: it can be tried again.
         let n = match write() {
             Err(e) if is_nospace(&e) && self.fs.reclaim_deleted() => write()?,
             other => other?,
         };
-        let cache = i.fuse_flags & FUSE_WRITE_CACHE != 0;
         // The data is written: a failure to put the guest's mtime back is not the WRITE's.
         if let Err(e) = self
             .fs

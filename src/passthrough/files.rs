@@ -18,7 +18,14 @@ use super::{
 /// Open flags the guest may not pass through: creation is done by CREATE (which puts O_CREAT
 /// back, and keeps the guest's O_EXCL), O_NOCTTY is the daemon's business. O_DIRECT too, unless
 /// `--allow-direct-io`, and O_NOATIME unless `--preserve-noatime` (see [`super::FsConfig`]).
-const STRIPPED_FLAGS: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY;
+///
+/// O_APPEND never reaches the host fd: the guest's page cache writes dirty pages back (WRITE
+/// with FUSE_WRITE_CACHE, the shared mmap stores of any guest, with or without writeback
+/// caching) through whichever writable handle of the inode it picks, at the pages' offsets,
+/// and an O_APPEND host fd would put them at the end of the file instead. A WRITE from an
+/// O_APPEND file that is not a page writeback is appended by [`Self::append`] (RWF_APPEND), as
+/// virtiofsd does.
+const STRIPPED_FLAGS: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_APPEND;
 
 /// A widened open the host refused (the daemon may not read the file): the guest's own flags
 /// are used instead.
@@ -36,7 +43,7 @@ impl PassthroughFs {
         if !self.cfg.preserve_noatime {
             stripped |= libc::O_NOATIME;
         }
-        let flags = self.writeback.host_flags(flags as i32 & !stripped) | libc::O_NOFOLLOW;
+        let flags = (flags as i32 & !stripped) | libc::O_NOFOLLOW;
         if self.cfg.readonly
             && (flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0)
         {
@@ -257,6 +264,18 @@ impl PassthroughFs {
             self.clear_mapped_capability(file.as_fd())?;
             f(file)
         })
+    }
+
+    /// Whether a WRITE with the guest file's `flags` (`fuse_write_in.flags`) that is not a page
+    /// writeback (`cache`) goes to the end of the host file: an O_APPEND file, unless the guest
+    /// computes the offsets itself (writeback caching, see [`super::writeback`]).
+    pub fn appends(&self, flags: u32, cache: bool) -> bool {
+        flags as i32 & libc::O_APPEND != 0 && !cache && !self.writeback.on()
+    }
+
+    /// Appends `data` to the open file `f` at the host's end of file, atomically (RWF_APPEND).
+    pub fn append(f: &File, data: &[u8]) -> io::Result<usize> {
+        sys::fd::pwrite_append(f.as_fd(), data)
     }
 
     /// Nothing to do: the daemon holds no POSIX locks and no write-back state for an open file,

@@ -8,9 +8,9 @@
 //! on the host, while writeback is negotiated:
 //! - an O_WRONLY open becomes O_RDWR (as virtiofsd 1.14 does for OPEN; for CREATE too, which
 //!   virtiofsd leaves O_WRONLY), else those READs fail with EBADF and the guest's write with EIO;
-//! - O_APPEND is dropped: the WRITEs carry the guest's offsets, and an O_APPEND host fd would put
-//!   every one of them at the host's end of file (pwritev appends on such an fd), so a page
-//!   written back twice would be appended twice.
+//! - O_APPEND is left to the guest: every WRITE carries the guest's offset (the host fd never has
+//!   O_APPEND, see `STRIPPED_FLAGS` in files.rs, and no WRITE is made RWF_APPEND under
+//!   writeback), so a page written back twice lands twice at its offset.
 //!
 //! The guest also owns the mtime of a regular file: it sets it at each write(2) and mmap store and
 //! sends it later as an explicit FATTR_MTIME (on close, fsync, inode writeback), while its dirty
@@ -64,16 +64,6 @@ impl Writeback {
 
     pub fn on(&self) -> bool {
         self.0.load(Ordering::Acquire)
-    }
-
-    /// The guest's open flags as the host file is opened with them: without O_APPEND under
-    /// writeback caching.
-    pub fn host_flags(&self, flags: i32) -> i32 {
-        if self.on() {
-            flags & !libc::O_APPEND
-        } else {
-            flags
-        }
     }
 
     /// The read-write form of `flags` when the guest's page cache will read through a handle
@@ -251,11 +241,8 @@ mod tests {
     #[test]
     fn only_under_writeback() {
         let wb = Writeback::default();
-        let wronly_append = libc::O_WRONLY | libc::O_APPEND;
-        assert_eq!(wb.host_flags(wronly_append), wronly_append);
         assert_eq!(wb.widened(libc::O_WRONLY), None);
         wb.set(true);
-        assert_eq!(wb.host_flags(wronly_append), libc::O_WRONLY);
         assert_eq!(
             wb.widened(libc::O_WRONLY | libc::O_SYNC),
             Some(libc::O_RDWR | libc::O_SYNC)

@@ -40,6 +40,21 @@ pub fn futimens(fd: BorrowedFd, times: &[libc::timespec; 2]) -> io::Result<()> {
     check(unsafe { libc::futimens(fd.as_raw_fd(), times.as_ptr()) }).map(drop)
 }
 
+/// Writes `data` at the end of the file (pwritev2 with RWF_APPEND: the offset is ignored, the
+/// append is atomic as on an O_APPEND fd); the bytes written.
+pub fn pwrite_append(fd: BorrowedFd, data: &[u8]) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: valid fd; one iovec over `data`, which the kernel only reads.
+    let n = unsafe { libc::pwritev2(fd.as_raw_fd(), &iov, 1, 0, libc::RWF_APPEND) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// The file status flags (access mode, O_APPEND, ...) `fd` was opened with.
 pub fn status_flags(fd: BorrowedFd) -> io::Result<i32> {
     // SAFETY: valid fd; F_GETFL takes no argument.
