@@ -26,21 +26,6 @@ const CTX: &[u8] = b"system_u:object_r:container_file_t:s0\0";
 const HDR: usize = 16;
 const ENTRY: usize = 128;
 
-/// A `fuse_secctx_header` record with one context, padded to 8 bytes, as Linux builds it.
-fn secctx(name: &str, value: &[u8]) -> Vec<u8> {
-    let mut ctx = (value.len() as u32).to_le_bytes().to_vec();
-    ctx.extend([0; 4]);
-    ctx.extend(name.as_bytes());
-    ctx.push(0);
-    ctx.extend(value);
-    let size = (8 + ctx.len()).next_multiple_of(8);
-    let mut v = (size as u32).to_le_bytes().to_vec();
-    v.extend(1u32.to_le_bytes());
-    v.extend(ctx);
-    v.resize(size, 0);
-    v
-}
-
 fn cstr(s: &str) -> Vec<u8> {
     CString::new(s).unwrap().into_bytes_with_nul()
 }
@@ -209,7 +194,7 @@ fn each_creating_op_stores_the_label_before_the_reply() {
     for carry in [Carry::Extlen, Carry::AfterNames] {
         for op in OPS {
             let name = format!("{op:?}-{carry:?}");
-            let e = create(c, op, &name, &secctx(SELINUX, CTX), carry)
+            let e = create(c, op, &name, &secctx(SELINUX.as_bytes(), CTX), carry)
                 .unwrap_or_else(|e| panic!("{op:?} {carry:?}: errno {e}"));
             let host = s.shared.join(&name);
             assert_eq!(lget(&host, SELINUX), Ok(CTX.to_vec()), "{op:?} {carry:?}");
@@ -268,7 +253,14 @@ fn a_guest_user_gets_its_own_node_and_existing_names_are_kept() {
     let user = s.client.with_creds(1000, 1000);
     for op in OPS {
         let name = format!("{op:?}-user");
-        create(&user, op, &name, &secctx(SELINUX, CTX), Carry::Extlen).unwrap();
+        create(
+            &user,
+            op,
+            &name,
+            &secctx(SELINUX.as_bytes(), CTX),
+            Carry::Extlen,
+        )
+        .unwrap();
         let host = s.shared.join(&name);
         let md = fs::symlink_metadata(&host).unwrap();
         assert_eq!((md.uid(), md.gid()), (1000, 1000), "{op:?}");
@@ -284,7 +276,7 @@ fn a_guest_user_gets_its_own_node_and_existing_names_are_kept() {
             opcode,
             closed.nodeid,
             &b,
-            &secctx(SELINUX, CTX),
+            &secctx(SELINUX.as_bytes(), CTX),
             Carry::Extlen,
         );
         assert_eq!(r.err(), Some(libc::EACCES), "{op:?}");
@@ -297,7 +289,7 @@ fn a_guest_user_gets_its_own_node_and_existing_names_are_kept() {
             &s.client,
             op,
             "existing",
-            &secctx(SELINUX, CTX),
+            &secctx(SELINUX.as_bytes(), CTX),
             Carry::Extlen,
         );
         assert_eq!(r.err(), Some(libc::EEXIST), "{op:?}");
@@ -316,7 +308,7 @@ fn a_guest_user_gets_its_own_node_and_existing_names_are_kept() {
         FUSE_CREATE,
         FUSE_ROOT_ID,
         &b,
-        &secctx(SELINUX, CTX),
+        &secctx(SELINUX.as_bytes(), CTX),
         Carry::Extlen,
     )
     .unwrap();
@@ -343,7 +335,14 @@ fn labelled_nodes_get_the_translated_owner() {
     let user = s.client.with_creds(1000, 1000);
     for op in OPS {
         let name = format!("{op:?}-translated");
-        let e = create(&user, op, &name, &secctx(SELINUX, CTX), Carry::Extlen).unwrap();
+        let e = create(
+            &user,
+            op,
+            &name,
+            &secctx(SELINUX.as_bytes(), CTX),
+            Carry::Extlen,
+        )
+        .unwrap();
         assert_eq!(
             (e.attr.uid, e.attr.gid),
             (1000, 1000),
@@ -376,7 +375,7 @@ fn tmpfile_is_labelled_before_it_gets_a_name() {
         FUSE_TMPFILE,
         FUSE_ROOT_ID,
         &b,
-        &secctx(SELINUX, CTX),
+        &secctx(SELINUX.as_bytes(), CTX),
         Carry::Extlen,
     )
     .unwrap();
@@ -396,7 +395,14 @@ fn the_label_name_goes_through_the_xattr_map() {
     ]);
     for op in [Op::Create, Op::Mkdir] {
         let name = format!("{op:?}-mapped");
-        let e = create(&s.client, op, &name, &secctx(SELINUX, CTX), Carry::Extlen).unwrap();
+        let e = create(
+            &s.client,
+            op,
+            &name,
+            &secctx(SELINUX.as_bytes(), CTX),
+            Carry::Extlen,
+        )
+        .unwrap();
         let host = s.shared.join(&name);
         assert_eq!(
             lget(&host, "user.virtiofs.security.selinux"),
@@ -421,7 +427,7 @@ fn the_label_name_goes_through_the_xattr_map() {
             &s.client,
             op,
             "refused",
-            &secctx(SELINUX, CTX),
+            &secctx(SELINUX.as_bytes(), CTX),
             Carry::Extlen,
         );
         assert_eq!(r.err(), Some(libc::EPERM), "{op:?}");
@@ -436,43 +442,24 @@ fn the_label_name_goes_through_the_xattr_map() {
 #[test]
 fn malformed_extensions_are_einval_and_create_nothing() {
     let mut s = Session::start(&["--security-label"]);
-    let good = secctx(SELINUX, CTX);
-    let with = |f: &dyn Fn(&mut Vec<u8>)| {
+    let good = secctx(SELINUX.as_bytes(), CTX);
+    // The record with the u32 at byte `at` (0: record size, 4: contexts, 8: context size)
+    // replaced by `n`.
+    let with = |at: usize, n: u32| {
         let mut v = good.clone();
-        f(&mut v);
+        v[at..at + 4].copy_from_slice(&n.to_le_bytes());
         v
     };
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("missing", Vec::new()),
-        (
-            "two contexts",
-            with(&|v| v[4..8].copy_from_slice(&2u32.to_le_bytes())),
-        ),
+        ("two contexts", with(4, 2)),
         ("two records", [good.clone(), good.clone()].concat()),
-        (
-            "supplementary groups",
-            with(&|v| v[4..8].copy_from_slice(&32u32.to_le_bytes())),
-        ),
-        (
-            "unknown type",
-            with(&|v| v[4..8].copy_from_slice(&77u32.to_le_bytes())),
-        ),
-        (
-            "record overruns",
-            with(&|v| v[0..4].copy_from_slice(&4096u32.to_le_bytes())),
-        ),
-        (
-            "record below header",
-            with(&|v| v[0..4].copy_from_slice(&4u32.to_le_bytes())),
-        ),
-        (
-            "context overruns",
-            with(&|v| v[8..12].copy_from_slice(&4000u32.to_le_bytes())),
-        ),
-        (
-            "zero context",
-            with(&|v| v[8..12].copy_from_slice(&0u32.to_le_bytes())),
-        ),
+        ("supplementary groups", with(4, 32)),
+        ("unknown type", with(4, 77)),
+        ("record overruns", with(0, 4096)),
+        ("record below header", with(0, 4)),
+        ("context overruns", with(8, 4000)),
+        ("zero context", with(8, 0)),
         (
             "cut header",
             good[..8]
@@ -481,7 +468,7 @@ fn malformed_extensions_are_einval_and_create_nothing() {
                 .chain([1u8, 0, 0, 0, 0, 0, 0, 0])
                 .collect(),
         ),
-        ("not security.*", secctx("trusted.overlay.opaque", b"y")),
+        ("not security.*", secctx(b"trusted.overlay.opaque", b"y")),
     ];
     for (what, ext) in &cases {
         for op in OPS {
@@ -521,14 +508,21 @@ fn racing_creations_of_one_name() {
         for round in 0..20 {
             let name = format!("{op:?}-race-{round}");
             let (a, b) = std::thread::scope(|sc| {
-                let a =
-                    sc.spawn(|| create(&s.client, op, &name, &secctx(SELINUX, CTX), Carry::Extlen));
+                let a = sc.spawn(|| {
+                    create(
+                        &s.client,
+                        op,
+                        &name,
+                        &secctx(SELINUX.as_bytes(), CTX),
+                        Carry::Extlen,
+                    )
+                });
                 let b = sc.spawn(|| {
                     create(
                         &other,
                         op,
                         &name,
-                        &secctx(SELINUX, b"other_t\0"),
+                        &secctx(SELINUX.as_bytes(), b"other_t\0"),
                         Carry::Extlen,
                     )
                 });
@@ -609,7 +603,14 @@ fn no_window_without_the_label() {
     while round < 150 || (seen.load(Ordering::Relaxed) == 0 && round < 5000) {
         let op = OPS[round % OPS.len()];
         round += 1;
-        let e = create(c, op, "node", &secctx(SELINUX, CTX), Carry::Extlen).unwrap();
+        let e = create(
+            c,
+            op,
+            "node",
+            &secctx(SELINUX.as_bytes(), CTX),
+            Carry::Extlen,
+        )
+        .unwrap();
         c.forget(e.nodeid, 1);
         if op == Op::Mkdir {
             c.rmdir(FUSE_ROOT_ID, "node").unwrap();

@@ -153,7 +153,10 @@ fn widened_create_checks_the_callers_own_access() {
 fn o_append_is_left_to_the_guest() {
     // Without writeback too: a shared mmap of an O_APPEND file writes its pages back through
     // that handle, at their offsets (an O_APPEND host fd appended them: 0123456789XXXXXXXX).
-    for (args, host) in [(&["--writeback"][..], libc::O_RDWR), (&[][..], libc::O_WRONLY)] {
+    for (args, host) in [
+        (&["--writeback"][..], libc::O_RDWR),
+        (&[][..], libc::O_WRONLY),
+    ] {
         let s = Session::start(args);
         let c = &s.client;
         fs::write(s.shared.join("log"), b"0123456789").unwrap();

@@ -5,21 +5,6 @@
 
 use super::harness::*;
 
-/// A security context record as Linux builds it (one context, padded to 8 bytes).
-fn record(name: &[u8], value: &[u8]) -> Vec<u8> {
-    let mut ctx = (value.len() as u32).to_le_bytes().to_vec();
-    ctx.extend([0; 4]);
-    ctx.extend(name);
-    ctx.push(0);
-    ctx.extend(value);
-    let size = (8 + ctx.len()).next_multiple_of(8);
-    let mut v = (size as u32).to_le_bytes().to_vec();
-    v.extend(1u32.to_le_bytes());
-    v.extend(ctx);
-    v.resize(size, 0);
-    v
-}
-
 /// xorshift64*: reproducible from the seed printed on failure.
 struct Rng(u64);
 
@@ -57,7 +42,7 @@ fn malformed_security_contexts() {
     assert_ne!(s.client.flags() & FUSE_SECURITY_CTX, 0);
     let seed = 0x5ecc_7a11_u64 ^ u64::from(std::process::id());
     let mut rng = Rng(seed | 1);
-    let good = record(b"security.selinux", b"system_u:object_r:tmp_t:s0\0");
+    let good = secctx(b"security.selinux", b"system_u:object_r:tmp_t:s0\0");
     let ops = [
         FUSE_CREATE,
         FUSE_MKNOD,
@@ -84,7 +69,7 @@ fn malformed_security_contexts() {
             }
             3 => ext.extend(good.clone()),
             4 => ext = (0..rng.below(64)).map(|_| rng.next() as u8).collect(),
-            5 => ext = record(b"trusted.overlay.opaque", b"y"),
+            5 => ext = secctx(b"trusted.overlay.opaque", b"y"),
             _ => {}
         }
         let mut b = body(opcode, &name);

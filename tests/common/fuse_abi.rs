@@ -378,3 +378,19 @@ const _: () = {
     assert!(std::mem::size_of::<WriteIn>() == 40);
     assert!(std::mem::size_of::<ReadIn>() == 40);
 };
+
+/// A `fuse_secctx_header` record with one context named `name` (no NUL), padded to 8 bytes, as
+/// Linux builds the FUSE_SECURITY_CTX request extension.
+pub fn secctx(name: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut ctx = (value.len() as u32).to_le_bytes().to_vec();
+    ctx.extend([0; 4]);
+    ctx.extend(name);
+    ctx.push(0);
+    ctx.extend(value);
+    let size = (8 + ctx.len()).next_multiple_of(8);
+    let mut v = (size as u32).to_le_bytes().to_vec();
+    v.extend(1u32.to_le_bytes());
+    v.extend(ctx);
+    v.resize(size, 0);
+    v
+}
