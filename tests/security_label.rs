@@ -124,6 +124,11 @@ fn create(c: &FuseClient, op: Op, name: &str, ext: &[u8], carry: Carry) -> Resul
     Ok(e)
 }
 
+/// [`create`] with the label `CTX` in a 7.38 extension.
+fn create_labelled(c: &FuseClient, op: Op, name: &str) -> Result<EntryOut, i32> {
+    create(c, op, name, &secctx(SELINUX.as_bytes(), CTX), Carry::Extlen)
+}
+
 fn lget(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
     let path = CString::new(p.as_os_str().as_bytes()).unwrap();
     let n = CString::new(name).unwrap();
@@ -253,14 +258,7 @@ fn a_guest_user_gets_its_own_node_and_existing_names_are_kept() {
     let user = s.client.with_creds(1000, 1000);
     for op in OPS {
         let name = format!("{op:?}-user");
-        create(
-            &user,
-            op,
-            &name,
-            &secctx(SELINUX.as_bytes(), CTX),
-            Carry::Extlen,
-        )
-        .unwrap();
+        create_labelled(&user, op, &name).unwrap();
         let host = s.shared.join(&name);
         let md = fs::symlink_metadata(&host).unwrap();
         assert_eq!((md.uid(), md.gid()), (1000, 1000), "{op:?}");
@@ -285,13 +283,7 @@ fn a_guest_user_gets_its_own_node_and_existing_names_are_kept() {
     // An existing name: EEXIST (exclusive), and the existing node keeps its (missing) label.
     fs::write(s.shared.join("existing"), b"old").unwrap();
     for op in OPS {
-        let r = create(
-            &s.client,
-            op,
-            "existing",
-            &secctx(SELINUX.as_bytes(), CTX),
-            Carry::Extlen,
-        );
+        let r = create_labelled(&s.client, op, "existing");
         assert_eq!(r.err(), Some(libc::EEXIST), "{op:?}");
     }
     // A CREATE without O_EXCL opens the existing file, as without labels.
@@ -335,14 +327,7 @@ fn labelled_nodes_get_the_translated_owner() {
     let user = s.client.with_creds(1000, 1000);
     for op in OPS {
         let name = format!("{op:?}-translated");
-        let e = create(
-            &user,
-            op,
-            &name,
-            &secctx(SELINUX.as_bytes(), CTX),
-            Carry::Extlen,
-        )
-        .unwrap();
+        let e = create_labelled(&user, op, &name).unwrap();
         assert_eq!(
             (e.attr.uid, e.attr.gid),
             (1000, 1000),
@@ -395,14 +380,7 @@ fn the_label_name_goes_through_the_xattr_map() {
     ]);
     for op in [Op::Create, Op::Mkdir] {
         let name = format!("{op:?}-mapped");
-        let e = create(
-            &s.client,
-            op,
-            &name,
-            &secctx(SELINUX.as_bytes(), CTX),
-            Carry::Extlen,
-        )
-        .unwrap();
+        let e = create_labelled(&s.client, op, &name).unwrap();
         let host = s.shared.join(&name);
         assert_eq!(
             lget(&host, "user.virtiofs.security.selinux"),
@@ -423,13 +401,7 @@ fn the_label_name_goes_through_the_xattr_map() {
         "--xattrmap=:bad:all:security.:::ok:all:::",
     ]);
     for op in OPS {
-        let r = create(
-            &s.client,
-            op,
-            "refused",
-            &secctx(SELINUX.as_bytes(), CTX),
-            Carry::Extlen,
-        );
+        let r = create_labelled(&s.client, op, "refused");
         assert_eq!(r.err(), Some(libc::EPERM), "{op:?}");
     }
     assert!(
@@ -508,15 +480,7 @@ fn racing_creations_of_one_name() {
         for round in 0..20 {
             let name = format!("{op:?}-race-{round}");
             let (a, b) = std::thread::scope(|sc| {
-                let a = sc.spawn(|| {
-                    create(
-                        &s.client,
-                        op,
-                        &name,
-                        &secctx(SELINUX.as_bytes(), CTX),
-                        Carry::Extlen,
-                    )
-                });
+                let a = sc.spawn(|| create_labelled(&s.client, op, &name));
                 let b = sc.spawn(|| {
                     create(
                         &other,
@@ -603,14 +567,7 @@ fn no_window_without_the_label() {
     while round < 150 || (seen.load(Ordering::Relaxed) == 0 && round < 5000) {
         let op = OPS[round % OPS.len()];
         round += 1;
-        let e = create(
-            c,
-            op,
-            "node",
-            &secctx(SELINUX.as_bytes(), CTX),
-            Carry::Extlen,
-        )
-        .unwrap();
+        let e = create_labelled(c, op, "node").unwrap();
         c.forget(e.nodeid, 1);
         if op == Op::Mkdir {
             c.rmdir(FUSE_ROOT_ID, "node").unwrap();
