@@ -174,25 +174,6 @@ fn last_occurrence_wins() {
 fn cache_modes() {
     assert_eq!(run(&["--cache=metadata"]).cache, CacheMode::Metadata);
     assert_eq!(run(&["--cache=ALWAYS"]).cache, CacheMode::Always);
-    let day = Duration::from_secs(86400);
-    assert_eq!(CacheMode::Auto.entry_timeout(), Duration::from_secs(1));
-    assert_eq!(CacheMode::Auto.attr_timeout(), Duration::from_secs(1));
-    assert_eq!(CacheMode::Always.entry_timeout(), day);
-    assert_eq!(CacheMode::Metadata.attr_timeout(), day);
-    assert_eq!(CacheMode::Never.entry_timeout(), Duration::ZERO);
-    assert_eq!(CacheMode::Never.attr_timeout(), Duration::ZERO);
-    assert!(CacheMode::Never.direct_io());
-    for mode in [CacheMode::Auto, CacheMode::Always, CacheMode::Metadata] {
-        assert!(!mode.direct_io());
-    }
-    for mode in [
-        CacheMode::Auto,
-        CacheMode::Always,
-        CacheMode::Metadata,
-        CacheMode::Never,
-    ] {
-        assert_eq!(mode.to_string().parse::<CacheMode>(), Ok(mode));
-    }
 }
 
 #[test]
