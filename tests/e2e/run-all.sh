@@ -18,7 +18,7 @@
 #   E2E_MANY        files in the big directory (default 20000); E2E_TIMEOUT (default 600 s).
 #   E2E_SUBMOUNTS=0 skip submounts.sh (3 boots, ~3.5 min; run for a vhostfs binary only).
 #   E2E_CASES       run only these cases (space-separated names, e.g. "mmap-allow mmap-deny";
-#                   "submounts" for submounts.sh).
+#                   "submounts" for submounts.sh, "libvirt" for libvirt.sh: 3 boots, ~1 min).
 #   VHOSTFS_GUEST_DIR, QEMU, E2E_MEM, E2E_SMP: see run-guest.sh.
 # Must run as root (chown to 1000:1000 in the guest needs a root daemon).
 set -euo pipefail
@@ -296,6 +296,29 @@ run_submounts() {
 if [ "$(basename "${daemon[0]}")" = vhostfs ] && [ "${E2E_SUBMOUNTS:-1}" = 1 ] \
   && { [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" submounts "* ]]; }; then
   run_submounts
+fi
+# A real libvirt (system and session libvirtd, started by hand) starts vhostfs for TCG domains:
+# <binary path=...>, discovery through 50-vhostfs.json, <idmap> (~50 s; vhostfs only).
+run_libvirt() {
+  local sf=$work/libvirt.summary st=0 line
+  log "=== libvirt.sh: libvirt 11 starts vhostfs (binary path, JSON discovery, idmap)"
+  VHOSTFS="${daemon[0]}" E2E_LOG_DIR="$logroot" "$here/libvirt.sh" --summary-file "$sf" &
+  rg_pid=$!
+  wait "$rg_pid" || st=$?
+  rg_pid=''
+  if [ ! -s "$sf" ]; then
+    summary+=("libvirt: FAIL(libvirt.sh exited with status $st before any result; logs in $logroot/libvirt)")
+    failed=$((failed + 1))
+    return
+  fi
+  while IFS= read -r line; do
+    summary+=("$line")
+    [[ "$line" == *": PASS"* ]] || failed=$((failed + 1))
+  done < "$sf"
+}
+if [ "$(basename "${daemon[0]}")" = vhostfs ] \
+  && { [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" libvirt "* ]]; }; then
+  run_libvirt
 fi
 if [ "${E2E_NEGATIVE:-0}" = 1 ]; then
   neg=()
