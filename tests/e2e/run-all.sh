@@ -18,7 +18,8 @@
 #   E2E_MANY        files in the big directory (default 20000); E2E_TIMEOUT (default 600 s).
 #   E2E_SUBMOUNTS=0 skip submounts.sh (3 boots, ~3.5 min; run for a vhostfs binary only).
 #   E2E_CASES       run only these cases (space-separated names, e.g. "mmap-allow mmap-deny";
-#                   "submounts" for submounts.sh, "libvirt" for libvirt.sh: 3 boots, ~1 min).
+#                   "submounts" for submounts.sh, "libvirt" for libvirt.sh: 3 boots, ~2 min,
+#                   "systemd-nspawn" for systemd.sh: systemd in a container, 1 boot, ~20 s).
 #   VHOSTFS_GUEST_DIR, QEMU, E2E_MEM, E2E_SMP: see run-guest.sh.
 # Must run as root (chown to 1000:1000 in the guest needs a root daemon).
 set -euo pipefail
@@ -319,6 +320,20 @@ run_libvirt() {
 if [ "$(basename "${daemon[0]}")" = vhostfs ] \
   && { [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" libvirt "* ]]; }; then
   run_libvirt
+fi
+# systemd as PID 1 of a container (systemd-nspawn) drives vhostfs@share.socket/.service installed
+# by contrib/install.sh from this tree; QEMU connects through the socket (~20 s).
+if [ "$(basename "${daemon[0]}")" = vhostfs ] \
+  && { [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" systemd-nspawn "* ]]; }; then
+  sf=$work/systemd.summary
+  log "=== systemd.sh: vhostfs@share.socket/.service under systemd in a container"
+  E2E_LOG_DIR="$logroot" "$here/systemd.sh" --summary-file "$sf" &
+  rg_pid=$!
+  st=0; wait "$rg_pid" || st=$?
+  rg_pid=''
+  if [ -s "$sf" ]; then line=$(cat "$sf"); else line="systemd-nspawn: FAIL(systemd.sh exited with status $st before any result; logs in $logroot/systemd)"; fi
+  summary+=("$line")
+  [[ "$line" == *": PASS"* ]] || failed=$((failed + 1))
 fi
 if [ "${E2E_NEGATIVE:-0}" = 1 ]; then
   neg=()
