@@ -4,7 +4,6 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fuse_backend_rs::abi::fuse_abi::SetattrIn;
@@ -43,11 +42,7 @@ impl PassthroughFs {
     ) -> io::Result<Entry> {
         let fd = sys::openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
         let st = sys::statx(fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
-        let key = InodeKey {
-            ino: st.stx_ino,
-            dev: sys::dev_of(&st),
-            mnt_id: st.stx_mnt_id,
-        };
+        let key = InodeKey::of(&st);
         let existing = self.inodes.ref_existing(&key);
         // A cached fd pins its inode, so no other file can have its number: the key is enough.
         let pinned = existing
@@ -66,7 +61,7 @@ impl PassthroughFs {
                     self.forget(stale.nodeid, 1);
                 }
                 let kind = st.stx_mode as u32 & libc::S_IFMT;
-                let (source, fd) = self.source_for(fd, kind, key.mnt_id, name)?;
+                let (source, fd) = self.source_for(fd, kind, u64::from(key.mnt_id), name)?;
                 let inode = self.inodes.insert(Inode::new(key, kind, source));
                 if let Some(fd) = fd {
                     self.cache_fd(&inode, fd);
@@ -87,7 +82,7 @@ impl PassthroughFs {
             return Ok(false);
         }
         Ok(match FileHandle::from_fd(fd, c"")? {
-            Some(h) => inode.replaced_by(&InodeSource::Handle(h)),
+            Some((h, _)) => inode.replaced_by(&InodeSource::Handle(h)),
             None => false,
         })
     }
@@ -107,16 +102,17 @@ impl PassthroughFs {
         let mandatory = self.cfg.inode_file_handles == InodeFileHandles::Mandatory;
         if self.use_handles && !read(&self.no_handles).contains(&mnt_id) {
             match FileHandle::from_fd(fd.as_fd(), c"")? {
-                Some(h) => {
+                // The inode's handles open against the mount fd of its key's mount ID.
+                Some((h, handle_mnt)) if handle_mnt == mnt_id => {
                     match self
                         .mounts
-                        .ensure(h.mnt_id, fd.as_fd(), kind, self.proc_self_fd.as_fd())
+                        .ensure(mnt_id, fd.as_fd(), kind, self.proc_self_fd.as_fd())
                     {
                         Ok(new) => {
                             if new {
                                 log::debug!(
-                                    "{name:?} (mount ID {}, {}) is served through file handles",
-                                    h.mnt_id,
+                                    "{name:?} (mount ID {mnt_id}, {}) is served through file \
+                                     handles",
                                     sys::fs_type(fd.as_fd())
                                 );
                             }
@@ -128,6 +124,9 @@ impl PassthroughFs {
                         Err(_) => {}
                     }
                 }
+                // statx and name_to_handle_at report the same mount ID for one fd; should
+                // they not, the handle is not used.
+                Some(_) => {}
                 None => self.no_handles_seen(mnt_id, name, fd.as_fd(), mandatory),
             }
         }
@@ -135,7 +134,7 @@ impl PassthroughFs {
             return Err(err(libc::EOPNOTSUPP));
         }
         let token = self.take_token()?;
-        Ok((InodeSource::Fd { fd, _token: token }, None))
+        Ok((InodeSource::fd(fd, token), None))
     }
 
     /// Remembers a mount below the share without file handles and says once what happens to
@@ -169,7 +168,11 @@ impl PassthroughFs {
         self.cfg.ids.stat_to_guest(&mut attr);
         Entry {
             nodeid: inode.nodeid,
-            generation: inode.generation.load(Ordering::Acquire),
+            generation: if self.writeback.on() {
+                self.inodes.generation(inode.nodeid)
+            } else {
+                0
+            },
             attr,
             attr_flags,
             entry_timeout: self.cfg.entry_timeout,
@@ -461,11 +464,7 @@ impl PassthroughFs {
         let Ok(st) = sys::statx(dir, name, 0, libc::STATX_INO | libc::STATX_MNT_ID) else {
             return;
         };
-        let key = InodeKey {
-            ino: st.stx_ino,
-            dev: sys::dev_of(&st),
-            mnt_id: st.stx_mnt_id,
-        };
+        let key = InodeKey::of(&st);
         if let Some(id) = self.inodes.id_of(&key) {
             self.fd_cache.evict(id);
         }

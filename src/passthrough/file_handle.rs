@@ -14,10 +14,30 @@ use std::sync::{Arc, RwLock};
 use super::sys;
 use crate::sync;
 
-/// A file handle and the mount it belongs to.
+/// Handle bytes kept inside the handle up to this length: ext4 gives 8 bytes, xfs 8 or 12, tmpfs
+/// 12; longer handles (btrfs 20, overlayfs, NFS) go to the heap.
+const INLINE: usize = 13;
+
+/// A file handle (`handle_type` and bytes of `name_to_handle_at`), 16 bytes in all: an inode
+/// table entry holds one per inode, so it is kept small. The mount it belongs to is the inode
+/// key's mount ID (statx's `STATX_MNT_ID` is the mount ID `name_to_handle_at` reports).
+///
+/// Invariant: a handle's representation follows from its contents alone (`Inline` exactly when
+/// the type fits a `u8` and the bytes fit [`INLINE`], unused inline bytes zero), so the derived
+/// equality and hash compare handles by contents.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct FileHandle {
-    pub mnt_id: u64,
+pub enum FileHandle {
+    Inline {
+        handle_type: u8,
+        len: u8,
+        data: [u8; INLINE],
+    },
+    Heap(Box<HeapHandle>),
+}
+
+/// A handle too long (or of a type too large) to be kept inline.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct HeapHandle {
     handle_type: i32,
     bytes: Box<[u8]>,
 }
@@ -26,24 +46,52 @@ impl std::fmt::Debug for FileHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "FileHandle(mnt {}, type {}, {} bytes)",
-            self.mnt_id,
-            self.handle_type,
-            self.bytes.len()
+            "FileHandle(type {}, {} bytes)",
+            self.handle_type(),
+            self.bytes().len()
         )
     }
 }
 
 impl FileHandle {
-    /// The handle of what `fd` refers to (`name` empty) or of `name` in directory `fd`, never
-    /// following a final symlink. `Ok(None)` when the filesystem cannot make handles.
-    pub fn from_fd(fd: BorrowedFd, name: &CStr) -> io::Result<Option<FileHandle>> {
-        match sys::handle::name_to_handle_at(fd, name) {
-            Ok(h) => Ok(Some(FileHandle {
-                mnt_id: h.mnt_id,
-                handle_type: h.handle_type,
-                bytes: h.bytes.into(),
+    fn new(handle_type: i32, bytes: &[u8]) -> FileHandle {
+        match u8::try_from(handle_type) {
+            Ok(t) if bytes.len() <= INLINE => {
+                let mut data = [0; INLINE];
+                data[..bytes.len()].copy_from_slice(bytes);
+                FileHandle::Inline {
+                    handle_type: t,
+                    len: bytes.len() as u8,
+                    data,
+                }
+            }
+            _ => FileHandle::Heap(Box::new(HeapHandle {
+                handle_type,
+                bytes: bytes.into(),
             })),
+        }
+    }
+
+    fn handle_type(&self) -> i32 {
+        match self {
+            FileHandle::Inline { handle_type, .. } => i32::from(*handle_type),
+            FileHandle::Heap(h) => h.handle_type,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            FileHandle::Inline { len, data, .. } => &data[..usize::from(*len)],
+            FileHandle::Heap(h) => &h.bytes,
+        }
+    }
+
+    /// The handle of what `fd` refers to (`name` empty) or of `name` in directory `fd`, never
+    /// following a final symlink, and the mount ID it belongs to. `Ok(None)` when the
+    /// filesystem cannot make handles.
+    pub fn from_fd(fd: BorrowedFd, name: &CStr) -> io::Result<Option<(FileHandle, u64)>> {
+        match sys::handle::name_to_handle_at(fd, name) {
+            Ok(h) => Ok(Some((FileHandle::new(h.handle_type, &h.bytes), h.mnt_id))),
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(None),
             Err(e) => Err(e),
         }
@@ -58,7 +106,7 @@ impl FileHandle {
     /// allocations do not fail with ENOMEM in practice, so it is reported as what it is: a
     /// stale handle (the guest then looks the name up again).
     pub fn open(&self, mount_fd: BorrowedFd, flags: libc::c_int) -> io::Result<OwnedFd> {
-        sys::handle::open_by_handle_at(mount_fd, self.handle_type, &self.bytes, flags).map_err(
+        sys::handle::open_by_handle_at(mount_fd, self.handle_type(), self.bytes(), flags).map_err(
             |e| {
                 if e.raw_os_error() == Some(libc::ENOMEM) {
                     io::Error::from_raw_os_error(libc::ESTALE)
@@ -113,10 +161,15 @@ impl MountFds {
         Ok(true)
     }
 
-    /// Opens `handle` with `flags`.
-    pub fn open(&self, handle: &FileHandle, flags: libc::c_int) -> io::Result<OwnedFd> {
+    /// Opens `handle` (of an inode on mount `mnt_id`) with `flags`.
+    pub fn open(
+        &self,
+        mnt_id: u64,
+        handle: &FileHandle,
+        flags: libc::c_int,
+    ) -> io::Result<OwnedFd> {
         let mount = self
-            .get(handle.mnt_id)
+            .get(mnt_id)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ESTALE))?;
         handle.open(mount.as_fd(), flags)
     }
@@ -133,7 +186,7 @@ mod tests {
         let dir = crate::temp_dir::TempDir::new("vhostfs-fh").unwrap();
         std::fs::write(dir.join("f"), b"hello").unwrap();
         let d = std::fs::File::open(dir.path()).unwrap();
-        let h = FileHandle::from_fd(d.as_fd(), c"f")
+        let (h, mnt_id) = FileHandle::from_fd(d.as_fd(), c"f")
             .unwrap()
             .expect("tmp supports handles");
         let mounts = MountFds::default();
@@ -144,11 +197,31 @@ mod tests {
             .open(dir.path())
             .unwrap();
         mounts
-            .ensure(h.mnt_id, path.as_fd(), libc::S_IFDIR, proc_self_fd.as_fd())
+            .ensure(mnt_id, path.as_fd(), libc::S_IFDIR, proc_self_fd.as_fd())
             .unwrap();
-        let fd = mounts.open(&h, libc::O_RDONLY).unwrap();
+        let fd = mounts.open(mnt_id, &h, libc::O_RDONLY).unwrap();
         let mut s = String::new();
         std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut s).unwrap();
         assert_eq!(s, "hello");
+    }
+
+    #[test]
+    fn short_handles_inline_long_ones_on_the_heap() {
+        assert_eq!(std::mem::size_of::<FileHandle>(), 16);
+        let short = FileHandle::new(0x97, &[7; 12]);
+        assert!(matches!(short, FileHandle::Inline { len: 12, .. }));
+        assert_eq!((short.handle_type(), short.bytes()), (0x97, &[7u8; 12][..]));
+        assert!(matches!(
+            FileHandle::new(1, &[3; INLINE]),
+            FileHandle::Inline { .. }
+        ));
+        let long = FileHandle::new(0xf8, &[9; 40]);
+        assert!(matches!(long, FileHandle::Heap(_)));
+        assert_eq!((long.handle_type(), long.bytes()), (0xf8, &[9u8; 40][..]));
+        let big_type = FileHandle::new(0x10001, &[1; 8]);
+        assert!(matches!(big_type, FileHandle::Heap(_)));
+        assert_eq!(big_type.handle_type(), 0x10001);
+        assert_eq!(short, FileHandle::new(0x97, &[7; 12]));
+        assert_ne!(short, FileHandle::new(0x97, &[7; 11]));
     }
 }

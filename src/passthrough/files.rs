@@ -206,15 +206,8 @@ impl PassthroughFs {
         }
         let path_fd = sys::reopen(self.proc_self_fd.as_fd(), fd.as_fd(), libc::O_PATH)?;
         let st = sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
-        let key = InodeKey {
-            ino: st.stx_ino,
-            dev: sys::dev_of(&st),
-            mnt_id: st.stx_mnt_id,
-        };
-        let source = InodeSource::Fd {
-            fd: path_fd,
-            _token: path_token,
-        };
+        let key = InodeKey::of(&st);
+        let source = InodeSource::fd(path_fd, path_token);
         let inode = self.inodes.insert(Inode::new(key, libc::S_IFREG, source));
         let fh = self.handles.insert(OpenFile::new(
             inode.nodeid,

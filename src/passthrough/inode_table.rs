@@ -17,13 +17,17 @@
 //!   lookup compares handles ([`Inode::replaced_by`]) and gives the new file a new node ID, and
 //!   the key maps to it (FORGET of the stale node leaves that mapping alone).
 //! - The table is split into [`SHARDS`] shards, each behind its own mutex; the shard of a node ID
-//!   is in its low bits and the shard of a key is its hash, so one shard holds both maps for an
+//!   is in its low bits and the shard of a key is its hash, so one shard holds both indexes for an
 //!   inode. No lock is held across a syscall: callers do their openat/statx/name_to_handle_at
 //!   first and then call [`InodeTable::insert`], which re-checks under the lock.
+//! - Memory per inode held (the million-file walk of a guest that never forgets, see
+//!   docs/benchmarks.md): one `Arc<Inode>` of 72 bytes (an 80-byte malloc chunk) and two 8-byte
+//!   pointers to it in the shard's sets; a handle's bytes are inline ([`FileHandle`]); what only
+//!   writeback caching needs lives in the shard's `guests` side table, made on first use.
 
 use crate::sync::lock;
-use std::collections::hash_map::{DefaultHasher, Entry};
-use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -32,6 +36,7 @@ use std::sync::{Arc, Mutex};
 
 use super::fd_budget::FdToken;
 use super::file_handle::{FileHandle, MountFds};
+use super::inode_index::{ById, ByKey};
 use super::sys;
 use super::writeback::GuestState;
 
@@ -43,20 +48,48 @@ pub const SHARD_BITS: u32 = 4;
 /// Number of independently locked parts of the table.
 pub const SHARDS: usize = 1 << SHARD_BITS;
 
-/// What identifies a host inode.
+/// What identifies a host inode, in 16 bytes (one per inode held).
+///
+/// Invariant: `dev` is the kernel's own 32-bit encoding of the device (major << 20 | minor: a
+/// major has at most 12 bits, a minor 20) and `mnt_id` the mount ID of `STATX_MNT_ID` (the
+/// kernel's `int` mount ID, as `name_to_handle_at` reports it), so neither loses information.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct InodeKey {
     pub ino: u64,
-    pub dev: u64,
-    pub mnt_id: u64,
+    pub dev: u32,
+    pub mnt_id: u32,
 }
 
-/// How the daemon reaches a host inode.
+impl InodeKey {
+    /// The key of the inode `st` describes (statx with `STATX_INO | STATX_MNT_ID`).
+    pub fn of(st: &libc::statx) -> InodeKey {
+        InodeKey {
+            ino: st.stx_ino,
+            dev: (st.stx_dev_major << 20) | st.stx_dev_minor,
+            mnt_id: st.stx_mnt_id as u32,
+        }
+    }
+}
+
+/// How the daemon reaches a host inode (16 bytes: the fd variant is boxed, as it already costs
+/// the host an open file per inode).
 pub enum InodeSource {
     /// An O_PATH fd, holding one token of the guest's fd budget.
-    Fd { fd: OwnedFd, _token: FdToken },
+    Fd(Box<PathFd>),
     /// A file handle: no fd is held.
     Handle(FileHandle),
+}
+
+/// An inode's own O_PATH fd and the fd-budget token it holds.
+pub struct PathFd {
+    pub fd: OwnedFd,
+    _token: FdToken,
+}
+
+impl InodeSource {
+    pub fn fd(fd: OwnedFd, token: FdToken) -> InodeSource {
+        InodeSource::Fd(Box::new(PathFd { fd, _token: token }))
+    }
 }
 
 /// One host inode the guest knows by a node ID.
@@ -68,11 +101,6 @@ pub struct Inode {
     pub source: InodeSource,
     /// Lookups the guest holds; changed only under the shard lock.
     lookups: AtomicU64,
-    /// What the guest's inode holds under writeback caching (see `writeback`).
-    pub guest: GuestState,
-    /// FUSE generation of the node ID: raised (only under writeback, see `writeback`) to make
-    /// the guest drop its inode and take a fresh one with the host's size and data.
-    pub generation: AtomicU64,
 }
 
 /// An fd for one operation on an inode: borrowed from the table or opened for the occasion.
@@ -104,8 +132,6 @@ impl Inode {
             kind,
             source,
             lookups: AtomicU64::new(0),
-            guest: GuestState::default(),
-            generation: AtomicU64::new(0),
         }
     }
 
@@ -136,17 +162,22 @@ impl Inode {
             return Err(io::Error::from_raw_os_error(libc::ELOOP));
         }
         match &self.source {
-            InodeSource::Handle(h) => mounts.open(h, flags),
+            InodeSource::Handle(h) => mounts.open(u64::from(self.key.mnt_id), h, flags),
             // The inode is known not to be a symlink (checked above).
-            InodeSource::Fd { fd, .. } => sys::reopen(proc_self_fd, fd.as_fd(), flags),
+            InodeSource::Fd(p) => sys::reopen(proc_self_fd, p.fd.as_fd(), flags),
         }
     }
 }
 
+/// Invariants: every inode of `by_key` is in `by_id` or is the root, and a key is in `by_key`
+/// at most once (the newest inode of that key); `guests` has entries only for node IDs of
+/// `by_id` (or the root), made only under writeback caching, and loses them with the node.
 #[derive(Default)]
 struct Shard {
-    by_id: HashMap<u64, Arc<Inode>>,
-    by_key: HashMap<InodeKey, u64>,
+    by_id: HashSet<ById>,
+    by_key: HashSet<ByKey>,
+    /// The writeback state of the nodes that needed one (regular files under writeback).
+    guests: HashMap<u64, Arc<GuestState>>,
     /// Next sequence number for node IDs of this shard.
     next_seq: u64,
 }
@@ -189,7 +220,7 @@ impl InodeTable {
         let shards: Box<[Slot]> = (0..SHARDS).map(|_| Slot::default()).collect();
         lock(&shards[shard_of_key(&root.key)].shard)
             .by_key
-            .insert(root.key, ROOT_ID);
+            .insert(ByKey(Arc::clone(&root)));
         InodeTable { root, shards }
     }
 
@@ -201,7 +232,7 @@ impl InodeTable {
         lock(&self.shards[shard_of_id(nodeid)].shard)
             .by_id
             .get(&nodeid)
-            .cloned()
+            .map(|i| Arc::clone(&i.0))
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
     }
 
@@ -210,23 +241,21 @@ impl InodeTable {
         lock(&self.shards[shard_of_key(key)].shard)
             .by_key
             .get(key)
-            .copied()
+            .map(|i| i.0.nodeid)
     }
 
     /// One more lookup of the inode with `key`, if the table has it.
     pub fn ref_existing(&self, key: &InodeKey) -> Option<Arc<Inode>> {
-        let mut shard = lock(&self.shards[shard_of_key(key)].shard);
-        let id = *shard.by_key.get(key)?;
-        self.ref_id(&mut shard, id)
+        let shard = lock(&self.shards[shard_of_key(key)].shard);
+        Some(Self::take_ref(&shard.by_key.get(key)?.0))
     }
 
-    fn ref_id(&self, shard: &mut Shard, id: u64) -> Option<Arc<Inode>> {
-        if id == ROOT_ID {
-            return Some(Arc::clone(&self.root));
+    /// One more lookup of `inode`, found in the table (under its shard lock).
+    fn take_ref(inode: &Arc<Inode>) -> Arc<Inode> {
+        if inode.nodeid != ROOT_ID {
+            inode.lookups.fetch_add(1, Ordering::Relaxed);
         }
-        let inode = shard.by_id.get(&id)?;
-        inode.lookups.fetch_add(1, Ordering::Relaxed);
-        Some(Arc::clone(inode))
+        Arc::clone(inode)
     }
 
     /// Adds `inode` with a lookup count of one; if another request added the same key meanwhile,
@@ -236,24 +265,19 @@ impl InodeTable {
     pub fn insert(&self, mut inode: Inode) -> Arc<Inode> {
         let s = shard_of_key(&inode.key);
         let mut shard = lock(&self.shards[s].shard);
-        if let Some(&id) = shard.by_key.get(&inode.key) {
-            let replaced = shard
-                .by_id
-                .get(&id)
-                .is_some_and(|old| old.replaced_by(&inode.source));
-            if !replaced {
-                if let Some(existing) = self.ref_id(&mut shard, id) {
-                    drop(shard);
-                    return existing;
-                }
+        if let Some(old) = shard.by_key.get(&inode.key) {
+            if !old.0.replaced_by(&inode.source) {
+                let existing = Self::take_ref(&old.0);
+                drop(shard);
+                return existing;
             }
         }
         shard.next_seq += 1;
         inode.nodeid = (shard.next_seq << SHARD_BITS) | s as u64;
         inode.lookups = AtomicU64::new(1);
         let inode = Arc::new(inode);
-        shard.by_key.insert(inode.key, inode.nodeid);
-        shard.by_id.insert(inode.nodeid, Arc::clone(&inode));
+        shard.by_key.replace(ByKey(Arc::clone(&inode)));
+        shard.by_id.insert(ById(Arc::clone(&inode)));
         self.shards[s].update_held(&shard);
         inode
     }
@@ -270,19 +294,21 @@ impl InodeTable {
             let Some(inode) = shard.by_id.get(&nodeid) else {
                 return false;
             };
-            let left = inode.lookups.load(Ordering::Relaxed).saturating_sub(n);
-            inode.lookups.store(left, Ordering::Relaxed);
+            let left = inode.0.lookups.load(Ordering::Relaxed).saturating_sub(n);
+            inode.0.lookups.store(left, Ordering::Relaxed);
             if left > 0 {
                 return false;
             }
-            let inode = shard.by_id.remove(&nodeid).expect("present");
+            let ById(inode) = shard.by_id.take(&nodeid).expect("present");
             slot.update_held(&shard);
-            if let Entry::Occupied(e) = shard.by_key.entry(inode.key) {
-                if *e.get() == nodeid {
-                    e.remove();
-                }
+            if shard
+                .by_key
+                .get(&inode.key)
+                .is_some_and(|k| Arc::ptr_eq(&k.0, &inode))
+            {
+                shard.by_key.remove(&inode.key);
             }
-            inode
+            (inode, shard.guests.remove(&nodeid))
         };
         // The fd (if any) closes here, outside the lock, unless a request still uses it.
         drop(removed);
@@ -292,10 +318,11 @@ impl InodeTable {
     /// Forgets every inode but the root (FUSE_DESTROY, or a new session).
     pub fn clear(&self) {
         for s in self.shards.iter() {
-            let removed: Vec<Arc<Inode>> = {
+            let removed: Vec<ById> = {
                 let mut shard = lock(&s.shard);
-                shard.by_key.retain(|_, id| *id == ROOT_ID);
-                let removed = shard.by_id.drain().map(|(_, v)| v).collect();
+                shard.by_key.retain(|i| i.0.nodeid == ROOT_ID);
+                shard.guests.clear();
+                let removed = shard.by_id.drain().collect();
                 s.update_held(&shard);
                 removed
             };
@@ -310,6 +337,24 @@ impl InodeTable {
             .iter()
             .map(|s| s.held.load(Ordering::Relaxed))
             .sum::<usize>()
+    }
+
+    /// The writeback state of `nodeid`, made on first use; `None` for a node ID the table does
+    /// not hold. Only for writeback caching (see the `Shard` invariants).
+    pub fn guest(&self, nodeid: u64) -> Option<Arc<GuestState>> {
+        let mut shard = lock(&self.shards[shard_of_id(nodeid)].shard);
+        if nodeid != ROOT_ID && !shard.by_id.contains(&nodeid) {
+            return None;
+        }
+        Some(Arc::clone(shard.guests.entry(nodeid).or_default()))
+    }
+
+    /// The FUSE generation of `nodeid`: 0 unless writeback raised it ([`GuestState`]).
+    pub fn generation(&self, nodeid: u64) -> u64 {
+        lock(&self.shards[shard_of_id(nodeid)].shard)
+            .guests
+            .get(&nodeid)
+            .map_or(0, |g| g.generation())
     }
 
     /// Lookups held on `nodeid` (0 if unknown).
@@ -335,10 +380,7 @@ mod tests {
         Inode::new(
             key,
             libc::S_IFREG,
-            InodeSource::Fd {
-                fd,
-                _token: budget.take().unwrap(),
-            },
+            InodeSource::fd(fd, budget.take().unwrap()),
         )
     }
 
@@ -369,6 +411,34 @@ mod tests {
         assert_eq!(budget.in_use(), 1);
         let d = t.insert(fd_inode(10, &budget));
         assert_eq!(t.lookups(d.nodeid), 1);
+    }
+
+    #[test]
+    fn an_inode_is_72_bytes_with_its_arc_counts() {
+        assert_eq!(std::mem::size_of::<InodeKey>(), 16);
+        assert_eq!(std::mem::size_of::<InodeSource>(), 16);
+        assert_eq!(std::mem::size_of::<Inode>(), 56);
+        assert_eq!(std::mem::size_of::<ById>(), 8);
+        assert_eq!(std::mem::size_of::<ByKey>(), 8);
+    }
+
+    #[test]
+    fn guest_state_lives_and_dies_with_its_node() {
+        let budget = FdBudget::new(100);
+        let t = InodeTable::new(fd_inode(1, &budget));
+        let a = t.insert(fd_inode(10, &budget));
+        assert_eq!(t.generation(a.nodeid), 0);
+        let g = t.guest(a.nodeid).unwrap();
+        g.raise_generation();
+        assert_eq!(t.generation(a.nodeid), 1);
+        assert!(Arc::ptr_eq(&g, &t.guest(a.nodeid).unwrap()));
+        assert!(t.forget(a.nodeid, 1));
+        assert_eq!(t.generation(a.nodeid), 0);
+        assert!(t.guest(a.nodeid).is_none());
+        let b = t.insert(fd_inode(11, &budget));
+        t.guest(b.nodeid).unwrap().raise_generation();
+        t.clear();
+        assert_eq!(t.generation(b.nodeid), 0);
     }
 
     #[test]

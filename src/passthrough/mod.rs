@@ -25,6 +25,7 @@ mod file_handle;
 mod files;
 mod handle_table;
 pub mod id_map;
+mod inode_index;
 mod inode_table;
 mod killpriv;
 mod labels;
@@ -266,20 +267,9 @@ impl PassthroughFs {
                 }
             },
         };
-        let key = InodeKey {
-            ino: st.stx_ino,
-            dev: sys::dev_of(&st),
-            mnt_id: st.stx_mnt_id,
-        };
+        let key = InodeKey::of(&st);
         let token = budget.take()?;
-        let root = Inode::new(
-            key,
-            libc::S_IFDIR,
-            InodeSource::Fd {
-                fd: root_fd,
-                _token: token,
-            },
-        );
+        let root = Inode::new(key, libc::S_IFDIR, InodeSource::fd(root_fd, token));
         let fd_cache = FdCache::new(Arc::clone(&budget), cfg.fd_cache_size);
         if use_handles {
             sys::grow_fd_table(proc_self_fd.as_fd(), fd_cache.capacity() + DAEMON_RESERVE);
@@ -306,12 +296,12 @@ impl PassthroughFs {
         mounts: &MountFds,
         proc_self_fd: BorrowedFd,
     ) -> io::Result<()> {
-        let h = FileHandle::from_fd(root, c"")?.ok_or_else(|| err(libc::EOPNOTSUPP))?;
-        mounts.ensure(h.mnt_id, root, libc::S_IFDIR, proc_self_fd)?;
-        mounts.open(&h, libc::O_PATH).map(drop)?;
+        let (h, mnt_id) = FileHandle::from_fd(root, c"")?.ok_or_else(|| err(libc::EOPNOTSUPP))?;
+        mounts.ensure(mnt_id, root, libc::S_IFDIR, proc_self_fd)?;
+        mounts.open(mnt_id, &h, libc::O_PATH).map(drop)?;
         log::debug!(
             "the shared dir (mount ID {}, {}) is served through file handles",
-            h.mnt_id,
+            mnt_id,
             sys::fs_type(root)
         );
         Ok(())
@@ -372,12 +362,16 @@ impl PassthroughFs {
     /// cached one, else one opened from its handle (and cached for the next request).
     fn path_fd<'a>(&self, inode: &'a Inode) -> io::Result<InodeFd<'a>> {
         match &inode.source {
-            InodeSource::Fd { fd, .. } => Ok(InodeFd::Borrowed(fd.as_fd())),
+            InodeSource::Fd(p) => Ok(InodeFd::Borrowed(p.fd.as_fd())),
             InodeSource::Handle(h) => {
                 if let Some(fd) = self.fd_cache.get(inode.nodeid) {
                     return Ok(InodeFd::Shared(fd));
                 }
-                let fd = Arc::new(self.mounts.open(h, libc::O_PATH)?);
+                let fd = Arc::new(self.mounts.open(
+                    u64::from(inode.key.mnt_id),
+                    h,
+                    libc::O_PATH,
+                )?);
                 self.fd_cache.insert(inode.nodeid, Arc::clone(&fd));
                 Ok(InodeFd::Shared(fd))
             }

@@ -41,7 +41,7 @@
 use std::io;
 use std::os::fd::AsFd;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::credentials::Credentials;
@@ -108,8 +108,27 @@ struct Guest {
 /// The node's generation is raised only under this lock, only when the guest holds no open file
 /// of the node (so it has no dirty pages or unsent times for it: the kernel writes them back
 /// before RELEASE), and only when the host's size or mtime differs from the guest's view.
+/// It is kept out of the inode, in the inode table's side table (`InodeTable::guest`), made for
+/// a node on first use under writeback: without writeback an inode pays nothing for it.
 #[derive(Default)]
-pub struct GuestState(Mutex<Guest>);
+pub struct GuestState {
+    guest: Mutex<Guest>,
+    /// FUSE generation of the node ID: raised to make the guest drop its inode and take a fresh
+    /// one with the host's size and data.
+    generation: AtomicU64,
+}
+
+impl GuestState {
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Raises the generation, returning the new one; callers hold the `guest` lock (outside
+    /// the inode table's own tests).
+    pub(super) fn raise_generation(&self) -> u64 {
+        self.generation.fetch_add(1, Ordering::AcqRel) + 1
+    }
+}
 
 impl PassthroughFs {
     /// At every entry reply (LOOKUP, READDIRPLUS, creates) for `inode`, with the host's `st`:
@@ -122,13 +141,16 @@ impl PassthroughFs {
             return;
         }
         let host = View::of(st);
-        let mut guest = lock(&inode.guest.0);
+        let Some(state) = self.inodes.guest(inode.nodeid) else {
+            return;
+        };
+        let mut guest = lock(&state.guest);
         match guest.view {
             Some(view) if view != host => {
                 if self.handles.any_of(inode.nodeid) {
                     return;
                 }
-                let generation = inode.generation.fetch_add(1, Ordering::AcqRel) + 1;
+                let generation = state.raise_generation();
                 log::debug!(
                     "node {}: changed on the host behind the guest's cache ({view:?} -> \
                      {host:?}): generation {generation}",
@@ -149,7 +171,10 @@ impl PassthroughFs {
         if !self.writeback.on() || inode.kind != libc::S_IFREG {
             return;
         }
-        let mut guest = lock(&inode.guest.0);
+        let Some(state) = self.inodes.guest(inode.nodeid) else {
+            return;
+        };
+        let mut guest = lock(&state.guest);
         if let Some(view) = guest.view.as_mut() {
             if valid & FATTR_SIZE != 0 {
                 view.size = size;
@@ -173,7 +198,10 @@ impl PassthroughFs {
         if !(self.writeback.on() && explicit && inode.kind == libc::S_IFREG) {
             return set();
         }
-        let mut guest = lock(&inode.guest.0);
+        let Some(state) = self.inodes.guest(inode.nodeid) else {
+            return set();
+        };
+        let mut guest = lock(&state.guest);
         set()?;
         guest.mtime = Some(mtime);
         if let Some(view) = guest.view.as_mut() {
@@ -190,8 +218,10 @@ impl PassthroughFs {
             return Ok(());
         }
         let open = self.handles.get(fh)?;
-        let inode = self.inodes.get(open.nodeid)?;
-        let mut guest = lock(&inode.guest.0);
+        let Some(state) = self.inodes.guest(open.nodeid) else {
+            return Ok(());
+        };
+        let mut guest = lock(&state.guest);
         if let Some(view) = guest.view.as_mut() {
             view.size = view.size.max(end);
         }

@@ -84,10 +84,6 @@ pub fn statx(
 /// The fields LOOKUP/GETATTR need, plus the mount ID for inode identity.
 pub const STATX_WANTED: u32 = libc::STATX_BASIC_STATS | libc::STATX_MNT_ID;
 
-pub fn dev_of(st: &libc::statx) -> u64 {
-    libc::makedev(st.stx_dev_major, st.stx_dev_minor)
-}
-
 /// The filesystem type of what `fd` is on, for log lines: its name for the common ones, else
 /// the `f_type` magic number.
 pub fn fs_type(fd: BorrowedFd) -> String {
