@@ -45,8 +45,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::credentials::Credentials;
-use super::entries::{FATTR_CTIME, FATTR_FH, FATTR_MTIME, FATTR_MTIME_NOW, FATTR_SIZE};
 use super::inode_table::Inode;
+use super::setattr::{FATTR_CTIME, FATTR_FH, FATTR_MTIME, FATTR_MTIME_NOW, FATTR_SIZE};
 use super::{sys, PassthroughFs};
 use crate::sync::lock;
 
