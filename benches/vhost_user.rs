@@ -12,6 +12,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "shared/mod.rs"]
+mod shared;
 #[path = "vhost_user/stats.rs"]
 mod stats;
 #[path = "vhost_user/workloads.rs"]
@@ -19,7 +21,7 @@ mod workloads;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,6 +30,7 @@ use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::vhost_user::VhostUserFrontend;
 
 use common::{Daemon, FuseClient, TempDir, TestGuest};
+use shared::{fs_type, machine, today, DaemonCmd};
 use stats::{fmt_latency, fmt_rate, median, Measured};
 use workloads::{Ctx, Sizes, Workload};
 
@@ -80,8 +83,7 @@ enum Side {
 /// A daemon command line to benchmark.
 struct DaemonSpec {
     side: Side,
-    program: String,
-    args: Vec<String>,
+    cmd: DaemonCmd,
     /// Shown next to the number when a side has several settings.
     tag: String,
     /// Request queues it serves (probed).
@@ -90,34 +92,12 @@ struct DaemonSpec {
 
 impl DaemonSpec {
     fn new(side: Side, cmd: &str, tag: &str) -> Result<DaemonSpec, String> {
-        let mut words = cmd.split_whitespace().map(str::to_owned);
-        let program = words.next().ok_or("empty daemon command")?;
         Ok(DaemonSpec {
             side,
-            program,
-            args: words.collect(),
+            cmd: DaemonCmd::new(cmd)?,
             tag: tag.to_owned(),
             max_queues: 1,
         })
-    }
-
-    fn command_line(&self) -> String {
-        std::iter::once(self.program.as_str())
-            .chain(self.args.iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
-    /// Start it on `share`; its stderr goes to `log`.
-    fn spawn(&self, socket: &Path, share: &Path, log: &Path) -> Result<Daemon, String> {
-        let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args)
-            .arg(format!("--socket-path={}", socket.display()))
-            .arg(format!("--shared-dir={}", share.display()))
-            .stdout(Stdio::null())
-            .stderr(log);
-        Daemon::spawn(&mut cmd, socket).map_err(|e| e.to_string())
     }
 }
 
@@ -196,7 +176,7 @@ impl Session {
             return Err(format!("cp -a {} failed: {status}", template.display()));
         }
         let socket = dir.join("vhost.sock");
-        let daemon = spec.spawn(&socket, &share, &dir.join("daemon.log"))?;
+        let daemon = spec.cmd.spawn(&socket, &share, &dir.join("daemon.log"))?;
         let guest = TestGuest::connect(&socket, shape.queues, QUEUE_SIZE, GUEST_MEM)
             .map(Arc::new)
             .map_err(|e| format!("connect: {e}"))?;
@@ -298,61 +278,12 @@ fn default_daemons(args: &Args) -> Result<Vec<DaemonSpec>, String> {
     Ok(specs)
 }
 
-fn side_name(spec: &DaemonSpec) -> String {
-    Path::new(&spec.program)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| spec.program.clone())
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{cores} cores ({cpu}), Linux {}", kernel.trim())
-}
-
-/// The type of the filesystem holding `path`.
-fn fs_type(path: &Path) -> String {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return "unknown filesystem".to_owned();
-    };
-    // SAFETY: statfs fills the zeroed struct; `c` is a valid NUL-terminated path.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return "unknown filesystem".to_owned();
-    }
-    match st.f_type {
-        libc::TMPFS_MAGIC => "tmpfs".to_owned(),
-        libc::EXT4_SUPER_MAGIC => "ext4".to_owned(),
-        libc::XFS_SUPER_MAGIC => "xfs".to_owned(),
-        libc::BTRFS_SUPER_MAGIC => "btrfs".to_owned(),
-        t => format!("filesystem type {t:#x}"),
-    }
-}
-
-fn today() -> String {
-    Command::new("date")
-        .arg("-u")
-        .arg("+%Y-%m-%d %H:%M UTC")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
-}
-
 fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
     let a = specs.iter().position(|s| s.side == Side::A).unwrap();
     let bs: Vec<usize> = (0..specs.len())
         .filter(|&i| specs[i].side == Side::B)
         .collect();
-    let (an, bn) = (side_name(&specs[a]), side_name(&specs[bs[0]]));
+    let (an, bn) = (specs[a].cmd.name(), specs[bs[0]].cmd.name());
     let mut out = format!(
         "| workload | queues×threads ({an} / {bn}) | {an} ops/s | {bn} ops/s | ratio (rounds) | \
          {an} p50 / p99 | {bn} p50 / p99 |\n|---|---|---|---|---|---|---|\n"
@@ -442,7 +373,7 @@ fn per_file_check(rows: &[Row], specs: &[DaemonSpec]) -> Option<String> {
         "Per-file check ({}): with {threads}, 4 KiB random READs of one file reach {reads:.2} of \
          the rate with a file per thread (≥ 0.90: {}); WRITEs of one file, a region per thread, \
          reach {writes:.2} of the rate of one thread on 1 queue (≥ 1.00: {}).\n",
-        side_name(&specs[a]),
+        specs[a].cmd.name(),
         verdict(reads >= 0.90),
         verdict(writes >= 1.0)
     ))
@@ -490,10 +421,10 @@ fn run(args: &Args) -> Result<bool, String> {
     std::fs::create_dir(&empty).map_err(|e| e.to_string())?;
     for spec in &mut specs {
         spec.max_queues =
-            probe_queues(spec, &empty).map_err(|e| format!("{}: {e}", spec.command_line()))?;
+            probe_queues(spec, &empty).map_err(|e| format!("{}: {e}", spec.cmd.command_line()))?;
         eprintln!(
             "daemon {}: {} request queue(s)",
-            spec.command_line(),
+            spec.cmd.command_line(),
             spec.max_queues
         );
     }
@@ -537,7 +468,7 @@ fn run(args: &Args) -> Result<bool, String> {
                                 "{w:?} {} round {}/{rounds} {} {}: {:.1} s",
                                 shape.label(),
                                 round + 1,
-                                side_name(spec),
+                                spec.cmd.name(),
                                 spec.tag,
                                 t.elapsed().as_secs_f64()
                             );
@@ -547,7 +478,7 @@ fn run(args: &Args) -> Result<bool, String> {
                                 "{w:?} {} round {} `{}`: {e}",
                                 shape.label(),
                                 round + 1,
-                                spec.command_line()
+                                spec.cmd.command_line()
                             );
                             eprintln!("ERROR {msg}");
                             errors.push(msg);
@@ -583,7 +514,7 @@ fn run(args: &Args) -> Result<bool, String> {
             report,
             "Daemon {}: `{}` ({} request queue(s))  ",
             if spec.side == Side::A { "A" } else { "B" },
-            spec.command_line(),
+            spec.cmd.command_line(),
             spec.max_queues
         )
         .unwrap();

@@ -1,0 +1,295 @@
+//! The million-file walk (issue 14 item 1): a test guest that does what a Windows guest does to a
+//! share — READDIRPLUS, then per entry LOOKUP, OPEN, GETATTR (fh), READ 4 KiB, RELEASE, never
+//! FORGET — over one directory of N files and a tree of √N directories × √N files, against
+//! vhostfs and virtiofsd in each `--inode-file-handles` mode, alternating.
+//!
+//! `cargo bench --bench million_files -- [--files N | --quick] [--never-files K] [--rounds R]
+//!  [--modes prefer,mandatory,never] [--scratch DIR] [--daemon-a CMD] [--daemon-b CMD]
+//!  [--markdown FILE]`
+//!
+//! The share is created once on the host disk and reused by every run (the walk only reads).
+//! Per run: wall time, daemon CPU (utime + stime of the daemon's processes and their threads,
+//! /proc/PID/stat), RSS growth per inode held, peak fd count (sampled) and fd count after 2 s
+//! idle. `never` mode holds an O_PATH fd per inode, so it walks only the first K entries of each
+//! part (RLIMIT_NOFILE). Exits 1 if any run failed (an error reply, a short read, wrong data, a
+//! daemon that did not start).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[path = "million_files/report.rs"]
+mod report;
+#[path = "shared/mod.rs"]
+mod shared;
+#[path = "million_files/walk.rs"]
+mod walk;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+use common::{FuseClient, TempDir, TestGuest};
+use report::{Mode, Run};
+use shared::DaemonCmd;
+use walk::Layout;
+
+/// Descriptors per virtqueue (QEMU's vhost-user-fs `queue-size=1024`).
+const QUEUE_SIZE: u16 = 1024;
+/// Guest memory.
+const GUEST_MEM: usize = 64 << 20;
+/// How long the daemon idles before the second fd count.
+const IDLE: Duration = Duration::from_secs(2);
+/// Between fd-count samples during the walk.
+const SAMPLE: Duration = Duration::from_millis(500);
+
+#[derive(Parser)]
+#[command(about = "the million-file walk of a Windows guest, over the in-process test guest")]
+pub struct Args {
+    /// Files in the flat directory, and about as many in the tree.
+    #[arg(long, default_value_t = 1_000_000)]
+    files: usize,
+    /// CI size: --files 100000.
+    #[arg(long)]
+    quick: bool,
+    /// Entries walked per part in `never` mode (an O_PATH fd each; RLIMIT_NOFILE bounds it).
+    #[arg(long, default_value_t = 5_000)]
+    never_files: usize,
+    /// Modes to run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "prefer,mandatory,never"
+    )]
+    modes: Vec<Mode>,
+    /// Rounds (each daemon once per round and mode, alternating).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Requests in flight per step of a READDIRPLUS page.
+    #[arg(long, default_value_t = 16)]
+    depth: usize,
+    /// Where the share is created (a host disk: a million files do not belong in RAM).
+    #[arg(long, default_value = "/var/tmp")]
+    scratch: PathBuf,
+    /// Daemon A command (`--inode-file-handles`, `--socket-path`, `--shared-dir` are appended).
+    #[arg(long)]
+    daemon_a: Option<String>,
+    /// Daemon B command. Default: `virtiofsd --sandbox=none --log-level=error`.
+    #[arg(long)]
+    daemon_b: Option<String>,
+    /// Also write the markdown report to this file.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// User + system CPU time of `pid`, its threads and its descendants.
+fn tree_cpu(pid: u32) -> Duration {
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut ticks = 0u64;
+    let mut todo = vec![pid.to_string()];
+    while let Some(p) = todo.pop() {
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+            // Fields after the command's closing parenthesis; utime and stime are 14 and 15.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            ticks += f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            ticks += f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten();
+        for t in tasks.flatten() {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            todo.extend(kids.split_whitespace().map(str::to_owned));
+        }
+    }
+    Duration::from_secs_f64(ticks as f64 / hz)
+}
+
+/// One walk against a fresh daemon on `share`.
+fn run_once(
+    cmd: &DaemonCmd,
+    mode: Mode,
+    args: &Args,
+    share: &std::path::Path,
+    l: Layout,
+) -> Result<Run, String> {
+    let dir = TempDir::new("vhostfs-million").map_err(|e| e.to_string())?;
+    let socket = dir.join("vhost.sock");
+    let mut cmd = DaemonCmd {
+        program: cmd.program.clone(),
+        args: cmd.args.clone(),
+    };
+    cmd.args
+        .push(format!("--inode-file-handles={}", mode.name()));
+    let log = dir.join("daemon.log");
+    let daemon = cmd.spawn(&socket, share, &log)?;
+    let tail = || {
+        let s = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(3)..].join(" / ")
+    };
+    let guest = TestGuest::connect(&socket, 1, QUEUE_SIZE, GUEST_MEM)
+        .map(Arc::new)
+        .map_err(|e| format!("connect: {e}; daemon log: {}", tail()))?;
+    let c = FuseClient::new(Arc::clone(&guest), 0);
+    c.init().map_err(|e| format!("INIT: errno {e}"))?;
+    let rss0 = daemon.rss_bytes().map_err(|e| e.to_string())?;
+    let cpu0 = tree_cpu(daemon.pid());
+    let limit = if mode == Mode::Never {
+        args.never_files
+    } else {
+        usize::MAX
+    };
+    let stop = AtomicBool::new(false);
+    let peak = AtomicUsize::new(0);
+    let t = Instant::now();
+    let walked = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(n) = daemon.fd_count() {
+                    peak.fetch_max(n, Ordering::Relaxed);
+                }
+                std::thread::sleep(SAMPLE);
+            }
+        });
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            walk::walk(&c, l, limit, args.depth)
+        }));
+        let wall = t.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        (r, wall)
+    });
+    let (walked, wall) = walked;
+    let walked = walked
+        .map_err(|p| {
+            p.downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_else(|| "panic in the walk".into())
+        })?
+        .map_err(|e| format!("{e}; daemon log: {}", tail()))?;
+    let cpu = tree_cpu(daemon.pid()) - cpu0;
+    let rss1 = daemon.rss_bytes().map_err(|e| e.to_string())?;
+    let fds_end = daemon.fd_count().map_err(|e| e.to_string())?;
+    std::thread::sleep(IDLE);
+    let fds_idle = daemon.fd_count().map_err(|e| e.to_string())?;
+    Ok(Run {
+        files: walked.files,
+        inodes: walked.inodes.len(),
+        wall,
+        cpu,
+        rss_growth: rss1.saturating_sub(rss0),
+        fds_peak: peak.load(Ordering::Relaxed).max(fds_end),
+        fds_idle,
+    })
+}
+
+fn main() {
+    let mut args = Args::parse();
+    if args.quick {
+        args.files = 100_000;
+    }
+    match run(&args) {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("million_files bench: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<bool, String> {
+    let started = Instant::now();
+    let a = DaemonCmd::new(
+        args.daemon_a
+            .as_deref()
+            .unwrap_or(&format!("{} --sandbox=none", env!("CARGO_BIN_EXE_vhostfs"))),
+    )?;
+    let b = match &args.daemon_b {
+        Some(cmd) => DaemonCmd::new(cmd)?,
+        None => {
+            let bin = common::virtiofsd_path()
+                .ok_or("virtiofsd not found (set $VIRTIOFSD or use --daemon-b)")?;
+            DaemonCmd::new(&format!(
+                "{} --sandbox=none --log-level=error",
+                bin.display()
+            ))?
+        }
+    };
+    let daemons = [a, b];
+    let l = Layout::new(args.files);
+    let share =
+        TempDir::new_in(&args.scratch, "vhostfs-million-share").map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    walk::create(&share, l).map_err(|e| format!("creating the share: {e}"))?;
+    let created = t.elapsed();
+    eprintln!(
+        "share: {} + {}×{} files in {} ({}), created in {:.0} s",
+        l.flat_files,
+        l.tree_dirs,
+        l.files_per_dir,
+        share.display(),
+        shared::fs_type(&share),
+        created.as_secs_f64()
+    );
+    let mut results: Vec<Vec<Vec<Run>>> = vec![vec![Vec::new(); daemons.len()]; args.modes.len()];
+    let mut errors = Vec::new();
+    for (m, &mode) in args.modes.iter().enumerate() {
+        for round in 0..args.rounds.max(1) {
+            let order: Vec<usize> = if round % 2 == 0 {
+                vec![0, 1]
+            } else {
+                vec![1, 0]
+            };
+            for i in order {
+                let d = &daemons[i];
+                match run_once(d, mode, args, &share, l) {
+                    Ok(r) => {
+                        eprintln!(
+                            "{} {} round {}: {} files, {:.1} s, CPU {:.1} s",
+                            mode.name(),
+                            d.name(),
+                            round + 1,
+                            r.files,
+                            r.wall.as_secs_f64(),
+                            r.cpu.as_secs_f64()
+                        );
+                        results[m][i].push(r);
+                    }
+                    Err(e) => {
+                        let msg = format!(
+                            "{} round {} `{}`: {e}",
+                            mode.name(),
+                            round + 1,
+                            d.command_line()
+                        );
+                        eprintln!("ERROR {msg}");
+                        errors.push(msg);
+                    }
+                }
+            }
+        }
+    }
+    drop(share);
+    let out = report::render(
+        args,
+        &daemons,
+        l,
+        created,
+        &results,
+        &errors,
+        started.elapsed(),
+    );
+    println!("{out}");
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, &out).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(errors.is_empty())
+}

@@ -1,0 +1,97 @@
+//! What the benches share besides the test guest: the daemon command lines they start, and the
+//! machine description of their reports.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::common::Daemon;
+
+/// A daemon command line: the program and its arguments; `--socket-path` and `--shared-dir` are
+/// appended per run.
+pub struct DaemonCmd {
+    pub program: String,
+    pub args: Vec<String>,
+}
+
+impl DaemonCmd {
+    /// From a whitespace-separated command line.
+    pub fn new(cmd: &str) -> Result<DaemonCmd, String> {
+        let mut words = cmd.split_whitespace().map(str::to_owned);
+        let program = words.next().ok_or("empty daemon command")?;
+        Ok(DaemonCmd {
+            program,
+            args: words.collect(),
+        })
+    }
+
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.program.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The program's file name (`vhostfs`, `virtiofsd`).
+    pub fn name(&self) -> String {
+        Path::new(&self.program)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| self.program.clone())
+    }
+
+    /// Start it on `share`; its stderr goes to `log`.
+    pub fn spawn(&self, socket: &Path, share: &Path, log: &Path) -> Result<Daemon, String> {
+        let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .arg(format!("--socket-path={}", socket.display()))
+            .arg(format!("--shared-dir={}", share.display()))
+            .stdout(Stdio::null())
+            .stderr(log);
+        Daemon::spawn(&mut cmd, socket).map_err(|e| e.to_string())
+    }
+}
+
+/// `N cores (CPU model), Linux VERSION`.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cores} cores ({cpu}), Linux {}", kernel.trim())
+}
+
+/// The type of the filesystem holding `path`.
+pub fn fs_type(path: &Path) -> String {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return "unknown filesystem".to_owned();
+    };
+    // SAFETY: statfs fills the zeroed struct; `c` is a valid NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return "unknown filesystem".to_owned();
+    }
+    match st.f_type {
+        libc::TMPFS_MAGIC => "tmpfs".to_owned(),
+        libc::EXT4_SUPER_MAGIC => "ext4".to_owned(),
+        libc::XFS_SUPER_MAGIC => "xfs".to_owned(),
+        libc::BTRFS_SUPER_MAGIC => "btrfs".to_owned(),
+        t => format!("filesystem type {t:#x}"),
+    }
+}
+
+/// `YYYY-MM-DD HH:MM UTC`.
+pub fn today() -> String {
+    Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
