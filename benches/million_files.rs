@@ -87,31 +87,6 @@ pub struct Args {
     bench: bool,
 }
 
-/// User + system CPU time of `pid`, its threads and its descendants.
-fn tree_cpu(pid: u32) -> Duration {
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let mut ticks = 0u64;
-    let mut todo = vec![pid.to_string()];
-    while let Some(p) = todo.pop() {
-        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
-            // Fields after the command's closing parenthesis; utime and stime are 14 and 15.
-            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            ticks += f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            ticks += f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        }
-        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
-            .into_iter()
-            .flatten();
-        for t in tasks.flatten() {
-            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            todo.extend(kids.split_whitespace().map(str::to_owned));
-        }
-    }
-    Duration::from_secs_f64(ticks as f64 / hz)
-}
-
 /// One walk against a fresh daemon on `share`.
 fn run_once(
     cmd: &DaemonCmd,
@@ -141,7 +116,7 @@ fn run_once(
     let c = FuseClient::new(Arc::clone(&guest), 0);
     c.init().map_err(|e| format!("INIT: errno {e}"))?;
     let rss0 = daemon.rss_bytes().map_err(|e| e.to_string())?;
-    let cpu0 = tree_cpu(daemon.pid());
+    let cpu0 = shared::tree_cpu(daemon.pid());
     let limit = if mode == Mode::Never {
         args.never_files
     } else {
@@ -174,7 +149,7 @@ fn run_once(
                 .unwrap_or_else(|| "panic in the walk".into())
         })?
         .map_err(|e| format!("{e}; daemon log: {}", tail()))?;
-    let cpu = tree_cpu(daemon.pid()) - cpu0;
+    let cpu = shared::tree_cpu(daemon.pid()) - cpu0;
     let rss1 = daemon.rss_bytes().map_err(|e| e.to_string())?;
     let fds_end = daemon.fd_count().map_err(|e| e.to_string())?;
     std::thread::sleep(IDLE);

@@ -158,7 +158,7 @@ struct Session {
     // Field order is drop order: disconnect, then kill the daemon, then remove the files.
     clients: Vec<FuseClient>,
     guest: Arc<TestGuest>,
-    _daemon: Daemon,
+    daemon: Daemon,
     dir: TempDir,
 }
 
@@ -191,7 +191,7 @@ impl Session {
         Ok(Session {
             clients,
             guest,
-            _daemon: daemon,
+            daemon,
             dir,
         })
     }
@@ -234,6 +234,7 @@ fn run_once(
         clients: &s.clients,
         mult: shape.mult,
         sizes,
+        daemon_pid: s.daemon.pid(),
     };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| workload.run(&ctx)))
         .map_err(panic_message)
@@ -286,7 +287,8 @@ fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
     let (an, bn) = (specs[a].cmd.name(), specs[bs[0]].cmd.name());
     let mut out = format!(
         "| workload | queues×threads ({an} / {bn}) | {an} ops/s | {bn} ops/s | ratio (rounds) | \
-         {an} p50 / p99 | {bn} p50 / p99 |\n|---|---|---|---|---|---|---|\n"
+         {an} p50 / p99 | {bn} p50 / p99 | {an} / {bn} daemon CPU µs per op | CPU ratio (rounds) \
+         |\n|---|---|---|---|---|---|---|---|---|\n"
     );
     let na = "–".to_owned();
     for row in rows {
@@ -313,12 +315,26 @@ fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
         let ratio = match (ma, mb) {
             (Some(x), Some((i, y))) => {
                 let r = format!("{:.2}", x.ops_per_sec / y.ops_per_sec);
-                match round_ratios(&row.runs[a], &row.runs[i]) {
+                match round_ratios(&row.runs[a], &row.runs[i], |m| m.ops_per_sec) {
                     Some((lo, hi)) => format!("{r} ({lo:.2}–{hi:.2})"),
                     None => r,
                 }
             }
             _ => na.clone(),
+        };
+        let cpu = match (ma, mb) {
+            (Some(x), Some((i, y))) => {
+                let us = |m: Measured| m.cpu_per_op.as_secs_f64() * 1e6;
+                let r = format!("{:.2}", us(x) / us(y).max(1e-9));
+                let range =
+                    round_ratios(&row.runs[a], &row.runs[i], |m| m.cpu_per_op.as_secs_f64())
+                        .map_or(String::new(), |(lo, hi)| format!(" ({lo:.2}–{hi:.2})"));
+                (
+                    format!("{:.2} / {:.2}", us(x), us(y)),
+                    format!("{r}{range}"),
+                )
+            }
+            _ => (na.clone(), na.clone()),
         };
         let lat = |m: Option<Measured>| {
             m.map_or(na.clone(), |m| {
@@ -327,23 +343,29 @@ fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
         };
         writeln!(
             out,
-            "| {} | {shape} | {rate_a} | {rate_b} | {ratio} | {} | {} |",
+            "| {} | {shape} | {rate_a} | {rate_b} | {ratio} | {} | {} | {} | {} |",
             row.label,
             lat(ma),
-            lat(mb.map(|(_, m)| m))
+            lat(mb.map(|(_, m)| m)),
+            cpu.0,
+            cpu.1
         )
         .unwrap();
     }
     out
 }
 
-/// The lowest and highest ratio of A's to B's rate over the rounds (runs paired in round order),
-/// if there were two rounds or more: how far apart single rounds land on this machine.
-fn round_ratios(a: &[Measured], b: &[Measured]) -> Option<(f64, f64)> {
+/// The lowest and highest ratio of `f` of A's to B's runs over the rounds (runs paired in round
+/// order), if there were two rounds or more: how far apart single rounds land on this machine.
+fn round_ratios(
+    a: &[Measured],
+    b: &[Measured],
+    f: impl Fn(&Measured) -> f64,
+) -> Option<(f64, f64)> {
     let ratios: Vec<f64> = a
         .iter()
         .zip(b)
-        .map(|(x, y)| x.ops_per_sec / y.ops_per_sec)
+        .map(|(x, y)| f(x) / f(y).max(1e-12))
         .collect();
     if ratios.len() < 2 {
         return None;

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use crate::common::Daemon;
 
@@ -94,4 +95,30 @@ pub fn today() -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default()
+}
+
+/// User + system CPU time (utime + stime of /proc/PID/stat, which count every thread, exited ones
+/// too) of `pid` and its descendants; clock-tick resolution (10 ms).
+pub fn tree_cpu(pid: u32) -> Duration {
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut ticks = 0u64;
+    let mut todo = vec![pid.to_string()];
+    while let Some(p) = todo.pop() {
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+            // Fields after the command's closing parenthesis; utime and stime are 14 and 15.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            ticks += f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            ticks += f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten();
+        for t in tasks.flatten() {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            todo.extend(kids.split_whitespace().map(str::to_owned));
+        }
+    }
+    Duration::from_secs_f64(ticks as f64 / hz)
 }

@@ -10,11 +10,19 @@ pub struct Measured {
     pub p50: Duration,
     /// 99th percentile latency of one FUSE request.
     pub p99: Duration,
+    /// Daemon CPU (utime + stime of its processes) per operation over the phase.
+    pub cpu_per_op: Duration,
 }
 
 impl Measured {
-    /// `ops` operations done in `elapsed`; `latencies` of every FUSE request sent meanwhile.
-    pub fn new(ops: usize, elapsed: Duration, mut latencies: Vec<Duration>) -> Measured {
+    /// `ops` operations done in `elapsed` with `cpu` of the daemon; `latencies` of every FUSE
+    /// request sent meanwhile.
+    pub fn new(
+        ops: usize,
+        elapsed: Duration,
+        cpu: Duration,
+        mut latencies: Vec<Duration>,
+    ) -> Measured {
         latencies.sort_unstable();
         let pct = |p: usize| {
             latencies
@@ -26,19 +34,23 @@ impl Measured {
             ops_per_sec: ops as f64 / elapsed.as_secs_f64().max(1e-9),
             p50: pct(50),
             p99: pct(99),
+            cpu_per_op: cpu / ops.max(1) as u32,
         }
     }
 }
 
 impl Measured {
     /// Phases of equal work run one after the other, as one: the harmonic mean of their rates
-    /// (total work over total time); latencies from the slowest phase's percentiles.
+    /// (total work over total time), the mean CPU per operation; latencies from the slowest
+    /// phase's percentiles.
     pub fn combine(phases: &[Measured]) -> Measured {
         let secs_per_op: f64 = phases.iter().map(|m| 1.0 / m.ops_per_sec).sum();
         Measured {
             ops_per_sec: phases.len() as f64 / secs_per_op,
             p50: phases.iter().map(|m| m.p50).max().unwrap_or_default(),
             p99: phases.iter().map(|m| m.p99).max().unwrap_or_default(),
+            cpu_per_op: phases.iter().map(|m| m.cpu_per_op).sum::<Duration>()
+                / phases.len().max(1) as u32,
         }
     }
 }

@@ -170,6 +170,8 @@ pub struct Ctx<'a> {
     /// so that one thread on one queue can keep as much in flight as several threads on several.
     pub mult: usize,
     pub sizes: &'a Sizes,
+    /// The daemon (its CPU time is measured per phase).
+    pub daemon_pid: u32,
 }
 
 /// The content of a data file of `len` bytes.
@@ -280,10 +282,12 @@ where
                 })
             })
             .collect();
+        let cpu0 = crate::shared::tree_cpu(ctx.daemon_pid);
         barrier.wait();
         let start = Instant::now();
         let results: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
         let elapsed = start.elapsed();
+        let cpu = crate::shared::tree_cpu(ctx.daemon_pid).saturating_sub(cpu0);
         let mut latencies = Vec::new();
         let mut outputs = Vec::new();
         for r in results {
@@ -291,7 +295,7 @@ where
             latencies.extend(lat);
             outputs.push(out);
         }
-        Ok((Measured::new(ops, elapsed, latencies), outputs))
+        Ok((Measured::new(ops, elapsed, cpu, latencies), outputs))
     })
 }
 
