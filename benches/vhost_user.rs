@@ -323,7 +323,8 @@ fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
             _ => na.clone(),
         };
         let cpu = match (ma, mb) {
-            (Some(x), Some((i, y))) => {
+            // 0 ticks of B's CPU (a phase shorter than a clock tick): no ratio.
+            (Some(x), Some((i, y))) if !y.cpu_per_op.is_zero() => {
                 let us = |m: Measured| m.cpu_per_op.as_secs_f64() * 1e6;
                 let r = format!("{:.2}", us(x) / us(y).max(1e-9));
                 let range =
