@@ -273,68 +273,40 @@ if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
   # socket as fd 3 with LISTEN_PID/LISTEN_FDS/LISTEN_FDNAMES).
   VHOSTFS="${daemon[0]}" run_case socket-activated pass "$here/socket-activate.sh" "${daemon[@]:1}"
 fi
+# Runs a script that writes one "name: PASS|FAIL..." line per case into its --summary-file
+# (vhostfs only): run_script CASE SCRIPT TITLE, CASE being the E2E_CASES name that selects it.
+run_script() {
+  local name=$1 script=$2 title=$3 sf=$work/$1.summary st=0 line
+  [ "$(basename "${daemon[0]}")" = vhostfs ] || return 0
+  [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" $name "* ]] || return 0
+  log "=== $script: $title"
+  VHOSTFS="${daemon[0]}" E2E_LOG_DIR="$logroot" "$here/$script" --summary-file "$sf" &
+  rg_pid=$!
+  wait "$rg_pid" || st=$?
+  rg_pid=''
+  if [ ! -s "$sf" ]; then
+    summary+=("$name: FAIL($script exited with status $st before any result; logs in $logroot)")
+    failed=$((failed + 1))
+    return
+  fi
+  while IFS= read -r line; do
+    summary+=("$line")
+    [[ "$line" == *": PASS"* ]] || failed=$((failed + 1))
+  done < "$sf"
+}
 # Filesystems mounted below the share (xfs, btrfs, tmpfs, overlayfs, bind) under each sandbox,
 # and fd pinning: submounts.sh boots once per sandbox with 8 daemons (vhostfs only: virtiofsd
 # cannot build its namespace sandbox here; run `DAEMON=virtiofsd tests/e2e/submounts.sh` for
 # its sandbox=none reference run).
-run_submounts() {
-  local sf=$work/submounts.summary st=0 line
-  log "=== submounts.sh: mixed share under each sandbox, fd pinning"
-  VHOSTFS="${daemon[0]}" E2E_LOG_DIR="$logroot" "$here/submounts.sh" --summary-file "$sf" &
-  rg_pid=$!
-  wait "$rg_pid" || st=$?
-  rg_pid=''
-  if [ ! -s "$sf" ]; then
-    summary+=("submounts: FAIL(submounts.sh exited with status $st before any result; logs in $logroot/submounts)")
-    failed=$((failed + 1))
-    return
-  fi
-  while IFS= read -r line; do
-    summary+=("$line")
-    [[ "$line" == *": PASS"* ]] || failed=$((failed + 1))
-  done < "$sf"
-}
-if [ "$(basename "${daemon[0]}")" = vhostfs ] && [ "${E2E_SUBMOUNTS:-1}" = 1 ] \
-  && { [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" submounts "* ]]; }; then
-  run_submounts
+if [ "${E2E_SUBMOUNTS:-1}" = 1 ]; then
+  run_script submounts submounts.sh "mixed share under each sandbox, fd pinning"
 fi
 # A real libvirt (system and session libvirtd, started by hand) starts vhostfs for TCG domains:
 # <binary path=...>, discovery through 50-vhostfs.json, <idmap> (~50 s; vhostfs only).
-run_libvirt() {
-  local sf=$work/libvirt.summary st=0 line
-  log "=== libvirt.sh: libvirt 11 starts vhostfs (binary path, JSON discovery, idmap)"
-  VHOSTFS="${daemon[0]}" E2E_LOG_DIR="$logroot" "$here/libvirt.sh" --summary-file "$sf" &
-  rg_pid=$!
-  wait "$rg_pid" || st=$?
-  rg_pid=''
-  if [ ! -s "$sf" ]; then
-    summary+=("libvirt: FAIL(libvirt.sh exited with status $st before any result; logs in $logroot/libvirt)")
-    failed=$((failed + 1))
-    return
-  fi
-  while IFS= read -r line; do
-    summary+=("$line")
-    [[ "$line" == *": PASS"* ]] || failed=$((failed + 1))
-  done < "$sf"
-}
-if [ "$(basename "${daemon[0]}")" = vhostfs ] \
-  && { [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" libvirt "* ]]; }; then
-  run_libvirt
-fi
+run_script libvirt libvirt.sh "libvirt 11 starts vhostfs (binary path, JSON discovery, idmap)"
 # systemd as PID 1 of a container (systemd-nspawn) drives vhostfs@share.socket/.service installed
 # by contrib/install.sh from this tree; QEMU connects through the socket (~20 s).
-if [ "$(basename "${daemon[0]}")" = vhostfs ] \
-  && { [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" systemd-nspawn "* ]]; }; then
-  sf=$work/systemd.summary
-  log "=== systemd.sh: vhostfs@share.socket/.service under systemd in a container"
-  E2E_LOG_DIR="$logroot" "$here/systemd.sh" --summary-file "$sf" &
-  rg_pid=$!
-  st=0; wait "$rg_pid" || st=$?
-  rg_pid=''
-  if [ -s "$sf" ]; then line=$(cat "$sf"); else line="systemd-nspawn: FAIL(systemd.sh exited with status $st before any result; logs in $logroot/systemd)"; fi
-  summary+=("$line")
-  [[ "$line" == *": PASS"* ]] || failed=$((failed + 1))
-fi
+run_script systemd-nspawn systemd.sh "vhostfs@share.socket/.service under systemd in a container"
 if [ "${E2E_NEGATIVE:-0}" = 1 ]; then
   neg=()
   for a in "${daemon[@]}"; do [[ "$a" == --inode-file-handles* ]] || neg+=("$a"); done
