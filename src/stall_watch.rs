@@ -64,7 +64,7 @@ impl StallWatch {
 
     /// Starts the watcher thread. `rescue(queue)` runs on it, once per stalled request, while
     /// that request is still being served. The thread ends when the last `Arc` is dropped (at
-    /// its next tick).
+    /// its next tick, or at once when parked: see the `Drop`).
     pub fn start(
         self: &Arc<StallWatch>,
         rescue: impl Fn(usize) + Send + 'static,
@@ -96,6 +96,16 @@ impl StallWatch {
         self.slots
             .iter()
             .any(|s| s.seq.load(Ordering::SeqCst) % 2 == 1)
+    }
+}
+
+impl Drop for StallWatch {
+    /// Wakes a parked watcher, which then finds the watch gone and ends: a daemon serving one
+    /// connection after another (`--keep-listening`) leaves no thread behind per connection.
+    fn drop(&mut self) {
+        if let Some(t) = self.watcher.get() {
+            t.unpark();
+        }
     }
 }
 
@@ -179,5 +189,28 @@ mod tests {
         }
         assert_eq!(calls.lock().unwrap().len(), 2);
         assert!(watch.serving(7).is_none());
+    }
+
+    /// A watch dropped while its watcher is parked leaves no thread behind (the thread owns the
+    /// rescue callback, which holds `token`: once it ends, the token is ours alone).
+    #[test]
+    fn the_watcher_ends_when_the_watch_is_dropped_while_parked() {
+        let watch = StallWatch::new(1);
+        let token = Arc::new(());
+        let held = Arc::clone(&token);
+        watch.start(move |_| drop(Arc::clone(&held))).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !watch.parked.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the watcher never parked");
+            std::thread::sleep(TICK);
+        }
+        drop(watch);
+        while Arc::strong_count(&token) > 1 {
+            assert!(
+                Instant::now() < deadline,
+                "the parked watcher outlived its watch"
+            );
+            std::thread::sleep(TICK);
+        }
     }
 }

@@ -69,11 +69,16 @@ fn worker(rx: &Mutex<Receiver<Job>>) {
 }
 
 impl Drop for WorkerPool {
-    /// Lets the threads finish the jobs already queued, then joins them.
+    /// Lets the threads finish the jobs already queued, then joins them. A job may hold the
+    /// last reference to the pool's owner, so the pool may be dropped on one of its own
+    /// threads: that one is not joined (it ends once its job returns, as the channel is gone).
     fn drop(&mut self) {
         lock(&self.tx).take();
+        let me = std::thread::current().id();
         for t in lock(&self.threads).drain(..) {
-            let _ = t.join();
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -98,5 +103,25 @@ mod tests {
         }
         drop(pool);
         assert_eq!(done.load(Ordering::SeqCst), 4);
+    }
+
+    /// The last reference to a pool, held by one of its jobs, drops it on a pool thread: the
+    /// other threads are joined, that one is not (joining itself would panic).
+    #[test]
+    fn may_be_dropped_by_its_own_job() {
+        let pool = Arc::new(WorkerPool::new(2).unwrap());
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let last = Arc::clone(&pool);
+        pool.execute(move || {
+            go_rx.recv().unwrap();
+            drop(last);
+            done_tx.send(()).unwrap();
+        });
+        drop(pool);
+        go_tx.send(()).unwrap();
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the job that dropped the pool returned");
     }
 }
