@@ -149,6 +149,9 @@ pub struct Config {
     pub tag: Option<String>,
     /// `--metrics` (vhostfs only): where to serve the metrics (default: nowhere).
     pub metrics: Option<MetricsAddr>,
+    /// `--keep-listening` (vhostfs only): serve one connection after another on the listening
+    /// socket, each with a fresh FUSE session (default off: exit when the first one ends).
+    pub keep_listening: bool,
     /// Warnings about the command line, to be logged once logging is set up: deprecated
     /// spellings that were used (`-o`, `-d`, `-f`, `--socket`, `fallback`), worded as
     /// virtiofsd words them, and migration options, which have no effect yet.
@@ -455,6 +458,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         landlock: opt.landlock,
         tag: opt.tag,
         metrics: opt.metrics,
+        keep_listening: opt.keep_listening,
         deprecations,
     })))
 }

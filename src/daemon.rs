@@ -14,22 +14,22 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use vhost::vhost_user::Error as VhostUserError;
-use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
-use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
-
 use crate::cli::{Config, SocketSource};
 use crate::fuse_server::{FuseServer, ServerOptions};
+use crate::metrics::QueueGauges;
 use crate::passthrough::fd_budget::FdBudget;
 use crate::passthrough::{FsConfig, PassthroughFs};
 use crate::pid_file::PidFile;
 use crate::sandbox::{Sandbox, SandboxMode};
 use crate::shutdown;
 use crate::systemd::{self, Notifier};
-use crate::vhost_device::VhostFsBackend;
+use crate::vhost_device::MAX_REQUEST_QUEUES;
 
+mod connection;
 mod metrics;
 mod socket;
+
+use connection::{serve_connection, Ended, Serving};
 
 pub use metrics::stats_command;
 use metrics::Registry;
@@ -103,7 +103,9 @@ fn check_shared_dir(cfg: &Config) -> Result<(), String> {
     }
 }
 
-/// Serves one vhost-user connection; returns when the frontend disconnects.
+/// Serves one vhost-user connection (with `--keep-listening`, one after another); returns when
+/// the frontend disconnects: `Ok`, or `Err` when it broke the protocol (the connection is then
+/// dropped, and the daemon exits 1).
 pub fn run(cfg: Config) -> Result<(), String> {
     // Before the sandbox: the pid the host sees (the supervisor's, with a pid namespace).
     let host_pid = std::process::id();
@@ -227,47 +229,48 @@ pub fn run(cfg: Config) -> Result<(), String> {
         killpriv_v2: cfg.killpriv_v2,
     };
     let server = Arc::new(FuseServer::new(Arc::clone(&fs), opts));
-    let backend = VhostFsBackend::new(server.clone(), cfg.tag.as_deref(), cfg.thread_pool_size)
-        .map_err(|e| e.to_string())?;
     let registry = registry.get_or_init(|| {
         Arc::new(Registry::new(
             host_pid,
             Arc::clone(&server),
             fs,
-            backend.queue_gauges(),
+            // No connection yet: every queue idle.
+            Arc::new(QueueGauges::new(1 + MAX_REQUEST_QUEUES)),
         ))
     });
     if let (Some(l), Some(addr)) = (metrics_listener, &cfg.metrics) {
         metrics::serve(l, Arc::clone(registry)).map_err(|e| format!("--metrics: {e}"))?;
         log::info!("serving metrics at {addr}");
     }
-
-    let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-    let mut daemon =
-        VhostUserDaemon::new("vhostfs".into(), backend, mem).map_err(|e| e.to_string())?;
-    log::info!("waiting for the vhost-user frontend");
-    if let Some(n) = &notifier {
-        n.send("READY=1\nSTATUS=waiting for the vhost-user frontend");
-    }
-    daemon
-        .start(&mut listener)
-        .map_err(|e| format!("vhost-user: {e}"))?;
-    if let Some(n) = &notifier {
-        n.send("STATUS=serving the guest");
-    }
-    let waited = daemon.wait();
-    server.log_stats();
-    let result = match waited {
-        Ok(()) => Ok(()),
-        Err(DaemonError::HandleRequest(
-            VhostUserError::Disconnected
-            | VhostUserError::PartialMessage
-            | VhostUserError::SocketBroken(_),
-        )) => {
-            log::info!("the frontend disconnected");
-            Ok(())
+    let serving = Serving {
+        server: &server,
+        registry,
+        notifier: notifier.as_ref(),
+        tag: cfg.tag.as_deref(),
+        pool_size: cfg.thread_pool_size,
+    };
+    // Ready (once) when the first connection may come.
+    let mut status = "READY=1\nSTATUS=waiting for the vhost-user frontend";
+    let result = loop {
+        log::info!("waiting for the vhost-user frontend");
+        if let Some(n) = &notifier {
+            n.send(status);
         }
-        Err(e) => Err(format!("vhost-user: {e}")),
+        status = "STATUS=waiting for the vhost-user frontend";
+        match serve_connection(&mut listener, &serving) {
+            Ok(Ended::Disconnected) if cfg.keep_listening => {
+                log::info!("the frontend disconnected; waiting for the next connection");
+            }
+            Ok(Ended::Disconnected) => {
+                log::info!("the frontend disconnected");
+                break Ok(());
+            }
+            Ok(Ended::Dropped(why)) if cfg.keep_listening => {
+                log::warn!("{why}: connection dropped; waiting for the next connection");
+            }
+            Ok(Ended::Dropped(why)) => break Err(format!("{why}: connection dropped")),
+            Err(e) => break Err(e),
+        }
     };
     if let Some(n) = &notifier {
         n.send("STOPPING=1");

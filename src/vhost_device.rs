@@ -12,11 +12,12 @@
 //! (GET_VRING_BASE and friends) is never blocked by I/O.
 
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
-use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueT;
@@ -105,6 +106,9 @@ struct Inner {
     watch: Arc<StallWatch>,
     /// Requests in flight and chains waiting, per queue (for the metrics).
     gauges: Arc<QueueGauges>,
+    /// The consumer fds of the exit events handed to vhost-user-backend, which leaks them;
+    /// closed by [`VhostFsBackend::finish`].
+    exit_consumers: Mutex<Vec<RawFd>>,
 }
 
 impl VhostFsBackend {
@@ -144,6 +148,7 @@ impl VhostFsBackend {
             vrings: (0..queues).map(|_| OnceLock::new()).collect(),
             watch: StallWatch::new(queues),
             gauges: Arc::new(QueueGauges::new(queues)),
+            exit_consumers: Mutex::default(),
         });
         let weak = Arc::downgrade(&inner);
         inner.watch.start(move |queue| {
@@ -152,6 +157,27 @@ impl VhostFsBackend {
             }
         })?;
         Ok(VhostFsBackend { inner })
+    }
+
+    /// Ends the connection this backend served, once `daemon.wait()` has returned: drops the
+    /// daemon (which joins the queue threads), waits for the pool threads still draining its
+    /// queues, and closes the exit events vhost-user-backend leaked. When this returns no
+    /// request of the connection runs any more (the FUSE session may end), and none of its
+    /// threads or fds is left.
+    pub fn finish(self, daemon: VhostUserDaemon<VhostFsBackend>) {
+        drop(daemon);
+        // What still refers to the backend: pool jobs finishing their drain (the handler, its
+        // queue threads and their epolls are gone with the daemon).
+        while Arc::strong_count(&self.inner) > 1 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        for fd in crate::sync::lock(&self.inner.exit_consumers).drain(..) {
+            // SAFETY: `exit_event` handed this fd to vhost-user-backend 0.22, whose
+            // `VringEpollHandler::new` registers it with its epoll through `into_raw_fd` and
+            // never closes it; that epoll and everything else that could use the fd are gone
+            // (nothing refers to the backend any more), so it is ours to close, once.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
     }
 
     /// Requests in flight and queue depth, per queue (0: high priority, 1..: requests).
@@ -390,8 +416,12 @@ impl VhostUserBackend for VhostFsBackend {
         (0..self.num_queues()).map(|q| 1u64 << q).collect()
     }
 
+    /// vhost-user-backend never closes the consumer side: [`VhostFsBackend::finish`] does.
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        new_event_consumer_and_notifier(EventFlag::NONBLOCK).ok()
+        let (consumer, notifier) =
+            new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()?;
+        crate::sync::lock(&self.inner.exit_consumers).push(consumer.as_raw_fd());
+        Some((consumer, notifier))
     }
 
     fn handle_event(

@@ -117,6 +117,47 @@ fn abstract_notify_socket_and_sigterm_while_waiting() {
     assert!(socket.exists());
 }
 
+/// `--keep-listening` on systemd's socket: three guests one after another on the inherited
+/// socket (as QEMU restarts would), the status following each, and the socket left in place
+/// at the end (it belongs to the socket unit).
+#[test]
+fn socket_activation_keep_listening_serves_guest_after_guest() {
+    let shared = TempDir::new("sd-shared").unwrap();
+    let dir = TempDir::new("sd-sock").unwrap();
+    let socket = dir.join("vhostfs.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let notify = UnixDatagram::bind(dir.join("notify")).unwrap();
+    let shared_arg = format!("--shared-dir={}", shared.path().display());
+    let mut cmd = activated(
+        listener.as_raw_fd(),
+        None,
+        &[&shared_arg, "--keep-listening", "--log-level=warn"],
+    );
+    cmd.env("NOTIFY_SOCKET", dir.join("notify"));
+    let mut daemon = Daemon::spawn(&mut cmd, &socket).unwrap();
+    drop(listener);
+    assert!(recv_notify(&notify).starts_with("READY=1\n"));
+    for n in 0..3 {
+        let client = serve_one_guest(&socket, shared.path());
+        assert_eq!(
+            recv_notify(&notify),
+            "STATUS=serving the guest",
+            "guest {n}"
+        );
+        drop(client);
+        assert_eq!(
+            recv_notify(&notify),
+            "STATUS=waiting for the vhost-user frontend",
+            "after guest {n}"
+        );
+        assert!(daemon.is_alive(), "exited after guest {n}");
+    }
+    let status = sigterm(&mut daemon);
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert_eq!(recv_notify(&notify), "STOPPING=1");
+    assert!(socket.exists());
+}
+
 #[test]
 fn listen_pid_of_another_process_is_not_ours() {
     let dir = TempDir::new("sd-sock").unwrap();

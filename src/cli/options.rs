@@ -202,6 +202,12 @@ pub(super) struct Opt {
     #[arg(long, value_name = "unix:PATH|tcp:127.0.0.1:PORT", value_parser = parse_metrics)]
     pub(super) metrics: Option<MetricsAddr>,
 
+    /// After the frontend disconnects (or sends a bad message), wait for the next connection on
+    /// the same socket and serve it with a fresh FUSE session, as after a guest reboot
+    /// [vhostfs only; default: exit, as virtiofsd]
+    #[arg(long = "keep-listening")]
+    pub(super) keep_listening: bool,
+
     /// Options in a format compatible with the legacy implementation [deprecated]
     #[arg(short = 'o')]
     pub(super) compat_options: Vec<String>,

@@ -74,6 +74,7 @@ fn defaults_match_virtiofsd() {
             landlock: LandlockMode::Auto,
             tag: None,
             metrics: None,
+            keep_listening: false,
             deprecations: vec![],
         }
     );

@@ -1,6 +1,7 @@
 //! The options that change what the guest is offered or how files are opened, and where the
 //! socket goes: `--no-readdirplus`, `--preserve-noatime`, `--allow-mmap`, `--socket-group`,
-//! `--xattrmap`, `--translate-uid`/`--translate-gid`, the migration options KubeVirt passes.
+//! `--xattrmap`, `--translate-uid`/`--translate-gid`, the migration options KubeVirt passes,
+//! `--keep-listening`.
 
 use super::tests::run;
 use super::*;
@@ -35,6 +36,12 @@ fn readdirplus_forms() {
 fn preserve_noatime() {
     assert!(!run(&[]).preserve_noatime);
     assert!(run(&["--preserve-noatime"]).preserve_noatime);
+}
+
+#[test]
+fn keep_listening() {
+    assert!(!run(&[]).keep_listening);
+    assert!(run(&["--keep-listening"]).keep_listening);
 }
 
 #[test]

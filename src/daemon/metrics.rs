@@ -7,6 +7,9 @@
 //! the sandbox is in force, like every other thread. It only reads atomics
 //! ([`Registry::snapshot`]), never a lock a request takes, and answers one connection at a
 //! time with 1 s timeouts: a slow or stuck scraper delays other scrapers, never a request.
+//! The counters and the filesystem's gauges span the daemon's life (with `--keep-listening`
+//! the FUSE session of each connection starts from the same, emptied, tables); the queue
+//! gauges are those of the connection being served.
 
 mod client;
 mod http;
@@ -17,7 +20,7 @@ use std::io;
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::cli::MetricsAddr;
@@ -38,7 +41,9 @@ pub struct Registry {
     pid: u32,
     server: Arc<FuseServer>,
     fs: Arc<PassthroughFs>,
-    queues: Arc<QueueGauges>,
+    /// The queue gauges of the connection being served (each has a backend of its own); the
+    /// lock is taken by the readers and once per connection, never by a request.
+    queues: RwLock<Arc<QueueGauges>>,
 }
 
 /// The registry at one moment.
@@ -64,8 +69,13 @@ impl Registry {
             pid,
             server,
             fs,
-            queues,
+            queues: RwLock::new(queues),
         }
+    }
+
+    /// From now on the queue gauges are those of a new connection's backend.
+    pub fn set_queues(&self, queues: Arc<QueueGauges>) {
+        *crate::sync::write(&self.queues) = queues;
     }
 
     /// Reads every counter and gauge (atomics only: no lock a request takes).
@@ -74,7 +84,7 @@ impl Registry {
             uptime: self.started.elapsed(),
             pid: self.pid,
             requests: self.server.metrics().snapshot(),
-            queues: self.queues.snapshot(),
+            queues: crate::sync::read(&self.queues).snapshot(),
             fs: self.fs.gauges(),
         }
     }

@@ -174,6 +174,16 @@ impl FuseServer {
         }
     }
 
+    /// Ends the FUSE session as FUSE_DESTROY does: every inode but the root forgotten, every
+    /// handle closed, and every request but INIT refused until the next INIT. The daemon calls
+    /// it when the connection that carried the session is gone (`--keep-listening`), so that
+    /// the next one starts afresh, as after a guest reboot; node IDs are never reused, so an old
+    /// one is unknown in the new session.
+    pub fn end_session(&self) {
+        self.initialized.store(false, Ordering::Release);
+        self.fs.destroy();
+    }
+
     /// Handles one request from a descriptor chain; returns the number of bytes written to the
     /// device-writable part (the used length to put in the used ring). Never panics, whatever
     /// the chain contains; on malformed input replies with an errno if a reply header fits,
@@ -407,8 +417,7 @@ impl FuseServer {
         match opcode {
             FUSE_INIT => self.do_init(q.unique, r, w),
             FUSE_DESTROY => {
-                self.initialized.store(false, Ordering::Release);
-                self.fs.destroy();
+                self.end_session();
                 ops::reply_empty(w, q.unique)
             }
             FUSE_LOOKUP => self.do_lookup(q, r, w),

@@ -1,0 +1,80 @@
+//! One vhost-user connection, from accept to the end of its FUSE session.
+//!
+//! Each connection gets a fresh `VhostUserDaemon` and backend: vhost-user-backend's handler
+//! keeps what the frontend set up (owner, features, memory, vrings) after a disconnect, and
+//! cannot be reset. The [`FuseServer`] (and the filesystem under it) lives as long as the
+//! process; its session ends with the connection ([`FuseServer::end_session`]), so the next
+//! connection starts as a guest after a reboot does. Nothing here opens a path: it runs
+//! confined, in every sandbox mode, on the listening socket and the fds taken before.
+
+use std::sync::Arc;
+
+use vhost::vhost_user::{Error as VhostUserError, Listener};
+use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+
+use super::metrics::Registry;
+use crate::fuse_server::FuseServer;
+use crate::systemd::Notifier;
+use crate::vhost_device::VhostFsBackend;
+
+/// What each connection is served with.
+pub(super) struct Serving<'a> {
+    pub server: &'a Arc<FuseServer>,
+    pub registry: &'a Registry,
+    pub notifier: Option<&'a Notifier>,
+    /// `--tag`.
+    pub tag: Option<&'a str>,
+    /// `--thread-pool-size`.
+    pub pool_size: usize,
+}
+
+/// How a connection ended (when it did not fail the daemon).
+#[derive(Debug)]
+pub(super) enum Ended {
+    /// The frontend closed the connection (QEMU quit, or stopped the device).
+    Disconnected,
+    /// The frontend sent a message the backend could not take (malformed, unexpected, with the
+    /// wrong fds, or refused by the device), or the connection failed: it was dropped. Why,
+    /// in one line.
+    Dropped(String),
+}
+
+/// Waits for the next frontend on `listener` (the caller said so: log, readiness) and serves it until the connection ends; returns
+/// once nothing of it is left (threads joined, guest memory unmapped, eventfds closed, the FUSE
+/// session ended). `Err` only for what would fail any connection (accept, thread creation).
+pub(super) fn serve_connection(
+    listener: &mut Listener,
+    with: &Serving<'_>,
+) -> Result<Ended, String> {
+    let backend = VhostFsBackend::new(Arc::clone(with.server), with.tag, with.pool_size)
+        .map_err(|e| e.to_string())?;
+    with.registry.set_queues(backend.queue_gauges());
+    let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+    let mut daemon = VhostUserDaemon::new("vhostfs".into(), backend.clone(), mem)
+        .map_err(|e| format!("vhost-user: {e}"))?;
+    daemon
+        .start(listener)
+        .map_err(|e| format!("vhost-user: {e}"))?;
+    if let Some(n) = with.notifier {
+        n.send("STATUS=serving the guest");
+    }
+    let ended = match daemon.wait() {
+        // `wait` turns a broken socket (EPIPE, ECONNRESET) into `Ok`.
+        Ok(())
+        | Err(DaemonError::HandleRequest(
+            VhostUserError::Disconnected | VhostUserError::PartialMessage,
+        )) => Ended::Disconnected,
+        Err(DaemonError::HandleRequest(e)) => {
+            Ended::Dropped(format!("the vhost-user frontend broke the protocol ({e})"))
+        }
+        Err(DaemonError::WaitDaemon(_)) => {
+            Ended::Dropped("the vhost-user request thread panicked".into())
+        }
+        Err(e) => Ended::Dropped(format!("vhost-user: {e}")),
+    };
+    backend.finish(daemon);
+    with.server.log_stats();
+    with.server.end_session();
+    Ok(ended)
+}
