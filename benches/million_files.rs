@@ -116,7 +116,7 @@ fn run_once(
     let c = FuseClient::new(Arc::clone(&guest), 0);
     c.init().map_err(|e| format!("INIT: errno {e}"))?;
     let rss0 = daemon.rss_bytes().map_err(|e| e.to_string())?;
-    let cpu0 = shared::tree_cpu(daemon.pid());
+    let cpu0 = shared::CpuSample::of(daemon.pid());
     let limit = if mode == Mode::Never {
         args.never_files
     } else {
@@ -149,7 +149,7 @@ fn run_once(
                 .unwrap_or_else(|| "panic in the walk".into())
         })?
         .map_err(|e| format!("{e}; daemon log: {}", tail()))?;
-    let cpu = shared::tree_cpu(daemon.pid()) - cpu0;
+    let cpu = shared::CpuSample::of(daemon.pid()).since(&cpu0);
     let rss1 = daemon.rss_bytes().map_err(|e| e.to_string())?;
     let fds_end = daemon.fd_count().map_err(|e| e.to_string())?;
     std::thread::sleep(IDLE);

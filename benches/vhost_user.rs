@@ -1,7 +1,7 @@
 //! Test-guest benchmark: vhostfs against virtiofsd (or any two vhost-user virtio-fs daemons),
 //! driven by the in-process test guest with many requests in flight, in alternation.
 //!
-//! `cargo bench --bench vhost_user -- [--quick] [--only W,...] [--rounds N]
+//! `cargo bench --bench vhost_user -- [--quick] [--only W,...] [--rounds N] [--depth N]
 //!  [--daemon-a CMD] [--daemon-b CMD] [--markdown FILE]`
 //!
 //! Each run starts a fresh daemon on a fresh copy of the workload's prepared share, connects,
@@ -58,6 +58,10 @@ struct Args {
     /// `=4`, the better one reported per row.
     #[arg(long)]
     daemon_b: Option<String>,
+    /// Small requests (LOOKUP, GETATTR, CREATE, 4 KiB READ and WRITE) in flight per client
+    /// thread. Default 64.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    depth: Option<u16>,
     /// Rounds (each daemon once per round, alternating). Default 5, 1 with --quick.
     #[arg(long)]
     rounds: Option<usize>,
@@ -417,11 +421,14 @@ fn main() {
 /// Runs everything; `Ok(false)` if some run failed.
 fn run(args: &Args) -> Result<bool, String> {
     let started = Instant::now();
-    let sizes = if args.quick {
+    let mut sizes = if args.quick {
         Sizes::quick()
     } else {
         Sizes::full()
     };
+    if let Some(depth) = args.depth {
+        sizes.small_depth = usize::from(depth);
+    }
     let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 5 }).max(1);
     let workloads: Vec<Workload> = if args.only.is_empty() {
         Workload::ALL.to_vec()
@@ -523,14 +530,16 @@ fn run(args: &Args) -> Result<bool, String> {
          Date: {}  \n\
          Machine: {}  \n\
          Shares: fresh copies in {} ({})  \n\
-         Rounds: {rounds}, daemons alternating; median round per daemon; {} s in total  \n",
+         Rounds: {rounds}, daemons alternating; median round per daemon; {} s in total  \n\
+         In flight: {} small requests per client thread  \n",
         if cmdline.is_empty() { "" } else { " -- " },
         cmdline.join(" "),
         today(),
         machine(),
         scratch.display(),
         fs_type(&scratch),
-        started.elapsed().as_secs()
+        started.elapsed().as_secs(),
+        sizes.small_depth
     );
     for spec in &specs {
         writeln!(

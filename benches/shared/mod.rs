@@ -1,6 +1,7 @@
 //! What the benches share besides the test guest: the daemon command lines they start, and the
 //! machine description of their reports.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -121,4 +122,54 @@ pub fn tree_cpu(pid: u32) -> Duration {
         }
     }
     Duration::from_secs_f64(ticks as f64 / hz)
+}
+
+/// The CPU time of a daemon's process tree at one moment, for [`CpuSample::since`].
+pub struct CpuSample {
+    /// Run time (ns, the first field of /proc/PID/task/TID/schedstat) of every live thread.
+    threads: HashMap<u32, u64>,
+    /// [`tree_cpu`]: exited threads included, at clock-tick resolution.
+    ticks: Duration,
+}
+
+impl CpuSample {
+    /// Samples `pid` and its descendants.
+    pub fn of(pid: u32) -> CpuSample {
+        let mut threads = HashMap::new();
+        let mut todo = vec![pid.to_string()];
+        while let Some(p) = todo.pop() {
+            let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+                .into_iter()
+                .flatten();
+            for t in tasks.flatten() {
+                let ns = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+                let ns = ns.split_whitespace().next().and_then(|v| v.parse().ok());
+                let tid = t.file_name().to_string_lossy().parse().ok();
+                if let (Some(tid), Some(ns)) = (tid, ns) {
+                    threads.insert(tid, ns);
+                }
+                let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                todo.extend(kids.split_whitespace().map(str::to_owned));
+            }
+        }
+        CpuSample {
+            threads,
+            ticks: tree_cpu(pid),
+        }
+    }
+
+    /// CPU time used between `start` and this sample: per thread to the nanosecond, threads
+    /// started in between counted whole; if a thread of `start` has exited (its time is then
+    /// only in the tick counts), utime + stime at tick resolution.
+    pub fn since(&self, start: &CpuSample) -> Duration {
+        if start.threads.keys().any(|t| !self.threads.contains_key(t)) {
+            return self.ticks.saturating_sub(start.ticks);
+        }
+        let ns = self
+            .threads
+            .iter()
+            .map(|(t, &ns)| ns.saturating_sub(start.threads.get(t).copied().unwrap_or(0)))
+            .sum();
+        Duration::from_nanos(ns)
+    }
 }

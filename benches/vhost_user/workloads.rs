@@ -24,7 +24,8 @@ const HDR: usize = std::mem::size_of::<OutHeader>();
 const ENTRY: usize = HDR + std::mem::size_of::<EntryOut>();
 /// `fuse_in_header`.
 const HDR_IN: usize = std::mem::size_of::<InHeader>();
-/// Requests in flight per thread for small operations (times `Ctx::mult`).
+/// Requests in flight per thread for small operations (times `Ctx::mult`), unless `--depth`
+/// says otherwise.
 const SMALL_DEPTH: usize = 64;
 /// 1 MiB requests in flight per thread (times `Ctx::mult`).
 const BIG_DEPTH: usize = 4;
@@ -44,6 +45,8 @@ const DATA_FILE: &str = "data.bin";
 /// Sizes of the workloads (default run or `--quick`).
 #[derive(Clone, Debug)]
 pub struct Sizes {
+    /// Small requests in flight per thread (times `Ctx::mult`).
+    pub small_depth: usize,
     pub dir_entries: usize,
     /// Passes over the directory's files for GETATTR, LOOKUP warm and LOOKUP after FORGET (a
     /// pass over 10,000 files takes well under 0.1 s: too short to time alone).
@@ -61,6 +64,7 @@ pub struct Sizes {
 impl Sizes {
     pub fn full() -> Sizes {
         Sizes {
+            small_depth: SMALL_DEPTH,
             dir_entries: 10_000,
             passes: 5,
             listings: 24,
@@ -76,6 +80,7 @@ impl Sizes {
 
     pub fn quick() -> Sizes {
         Sizes {
+            small_depth: SMALL_DEPTH,
             dir_entries: 1_000,
             passes: 2,
             listings: 4,
@@ -282,12 +287,12 @@ where
                 })
             })
             .collect();
-        let cpu0 = crate::shared::tree_cpu(ctx.daemon_pid);
+        let cpu0 = crate::shared::CpuSample::of(ctx.daemon_pid);
         barrier.wait();
         let start = Instant::now();
         let results: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
         let elapsed = start.elapsed();
-        let cpu = crate::shared::tree_cpu(ctx.daemon_pid).saturating_sub(cpu0);
+        let cpu = crate::shared::CpuSample::of(ctx.daemon_pid).since(&cpu0);
         let mut latencies = Vec::new();
         let mut outputs = Vec::new();
         for r in results {
@@ -321,7 +326,7 @@ fn lookup_phase(ctx: &Ctx, dir: u64, passes: usize) -> Result<(Measured, Vec<Vec
             .collect();
         let mine = reqs.len() / passes;
         move |lat: &mut Vec<Duration>| {
-            let replies = pipeline(c, &reqs, SMALL_DEPTH * ctx.mult, "LOOKUP", lat)?;
+            let replies = pipeline(c, &reqs, ctx.sizes.small_depth * ctx.mult, "LOOKUP", lat)?;
             Ok(replies[..mine]
                 .iter()
                 .map(|r| from_bytes::<EntryOut>(r, "LOOKUP").nodeid)
@@ -369,7 +374,7 @@ fn lookup(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
     let dir = untimed_lookup(c0, FUSE_ROOT_ID, BIG_DIR)?;
     let passes = ctx.sizes.passes;
     let (cold, nodes) = lookup_phase(ctx, dir, 1)?;
-    let getattr = getattr_phase(ctx, &nodes, passes, SMALL_DEPTH)?;
+    let getattr = getattr_phase(ctx, &nodes, passes, ctx.sizes.small_depth)?;
     // A guest's `stat` loop: one request in flight. Only in the 1 queue × 1 thread shape: with
     // one request per thread, the 4 × 4 shape measures 8 threads handing requests back and forth
     // on however many cores the machine has (on 2 cores: 0.68 of virtiofsd's single thread with
@@ -527,7 +532,7 @@ fn create(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
             .collect();
         let data = &data;
         move |lat: &mut Vec<Duration>| {
-            for batch in creates.chunks(SMALL_DEPTH * ctx.mult) {
+            for batch in creates.chunks(s.small_depth * ctx.mult) {
                 let created = pipeline(c, batch, batch.len(), "CREATE", lat)?;
                 let files: Vec<(u64, u64)> = created
                     .iter()
@@ -653,7 +658,7 @@ fn randread(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
             })
             .collect();
         move |lat: &mut Vec<Duration>| {
-            let replies = pipeline_data(c, &reqs, SMALL_DEPTH * ctx.mult, "READ", lat)?;
+            let replies = pipeline_data(c, &reqs, ctx.sizes.small_depth * ctx.mult, "READ", lat)?;
             check_read(&reqs, &replies, SMALL_IO)
         }
     })?;

@@ -75,7 +75,7 @@ fn reads(ctx: &Ctx, files: &[(u64, u64)]) -> Result<Measured, String> {
             })
             .collect();
         move |lat: &mut Vec<Duration>| {
-            let replies = pipeline_data(c, &reqs, SMALL_DEPTH * ctx.mult, "READ", lat)?;
+            let replies = pipeline_data(c, &reqs, ctx.sizes.small_depth * ctx.mult, "READ", lat)?;
             check_read(&reqs, &replies, SMALL_IO)
         }
     })?;
@@ -98,7 +98,7 @@ fn writes(ctx: &Ctx, files: &[(u64, u64)]) -> Result<Measured, String> {
             })
             .collect();
         move |lat: &mut Vec<Duration>| {
-            let replies = pipeline_data(c, &reqs, SMALL_DEPTH * ctx.mult, "WRITE", lat)?;
+            let replies = pipeline_data(c, &reqs, ctx.sizes.small_depth * ctx.mult, "WRITE", lat)?;
             let heads: Vec<Vec<u8>> = replies.into_iter().map(|(_, head)| head).collect();
             check_written(&heads, SMALL_IO)
         }
