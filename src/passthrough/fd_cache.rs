@@ -26,9 +26,11 @@
 //!   is dropped first, an fd found to be on a deleted inode (link count 0) by GETATTR is
 //!   dropped, and when the host filesystem is full every fd on a deleted inode is dropped before
 //!   the request is retried (`PassthroughFs::reclaim_deleted`).
-//! - When a shard is full, a new fd replaces a randomly chosen one (and takes over its token):
-//!   unlike LRU, random replacement keeps most hits when the guest sweeps over slightly more
-//!   inodes than fit, as `ls -l` of a big directory in a loop does.
+//! - When a shard is full, a new fd is not kept: the entries stay until they go idle (the time
+//!   bound), and the fd just opened is closed by the request that opened it. Unlike LRU (and
+//!   better than random replacement), this keeps every cached entry hitting when the guest
+//!   sweeps over more inodes than fit, as `ls -l` of a big directory in a loop does, and a miss
+//!   costs no replacement: the fd closed is the one just used, not a cold one.
 //! - Locks: one mutex per shard, held for a hash-map update or one shard's sweep, never across
 //!   a syscall; replaced, swept and shed fds are closed after the lock is released.
 
@@ -186,8 +188,8 @@ impl FdCache {
         found
     }
 
-    /// Caches `fd` for `nodeid` if there is room or budget for it, else replaces a random entry
-    /// of its shard; without either (the budget is spent on open files), `fd` is not kept.
+    /// Caches `fd` for `nodeid` if its shard has room and the budget an fd for it; else (a
+    /// full shard, or the budget spent on open files) `fd` is not kept.
     pub fn insert(&self, nodeid: u64, fd: Arc<OwnedFd>) {
         if self.per_shard == 0 || !self.reaper_running() {
             return;
@@ -203,15 +205,9 @@ impl FdCache {
                 } else {
                     None
                 };
-                let (token, old) = match fresh {
-                    Some(t) => (t, None),
-                    // Unlock first, then close.
-                    None if shard.slots.is_empty() => return drop((shard, fd)),
-                    None => {
-                        let v = shard.victim();
-                        let old = shard.remove_at(v);
-                        (old._token, Some(old.fd))
-                    }
+                // Unlock first, then close.
+                let Some(token) = fresh else {
+                    return drop((shard, fd));
                 };
                 let i = shard.slots.len();
                 shard.slots.push(Cached {
@@ -221,7 +217,7 @@ impl FdCache {
                     _token: token,
                 });
                 shard.index.insert(nodeid, i);
-                old
+                None
             }
         };
         drop(dropped);

@@ -48,8 +48,13 @@ fn never_exceeds_capacity_and_keeps_most_of_a_slightly_larger_sweep() {
         assert!(c.len() <= cap);
         assert_eq!(budget.in_use(), c.len());
     }
-    // LRU would hit nothing here; random replacement keeps well over half.
-    assert!(hits > ids.len() * 4 / 2, "{hits} hits of {}", ids.len() * 4);
+    // LRU would hit nothing here, random replacement about two thirds; a full cache keeps its
+    // entries, so every one of them hits (all but the last ~1/11 of the sweep).
+    assert!(
+        hits >= ids.len() * 4 * 8 / 10,
+        "{hits} hits of {}",
+        ids.len() * 4
+    );
 }
 
 #[test]
