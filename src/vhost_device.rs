@@ -42,10 +42,12 @@ type VringState = vhost_user_backend::VringState<GuestMemoryAtomic<GuestMemory>>
 /// Request queues offered to the frontend (plus the high-priority queue).
 pub const MAX_REQUEST_QUEUES: usize = 8;
 /// Chains waiting behind the one just popped that make a queue thread ask a pool thread for
-/// help. A few requests (a guest's 1 MiB I/O keeps 4 or so in flight) are served faster by one
-/// thread than by several contending for the ring and for the file's inode lock; a deep queue of
-/// small requests is served faster in parallel.
-const RECRUIT_BACKLOG: u16 = 8;
+/// help. A helper costs CPU: a futex wake-up on both sides, and while two threads drain one ring,
+/// contention on its lock, on the file's inode lock and on the kernel's fd table. A guest's
+/// 1 MiB I/O (4 or so in flight) and 16 small requests in flight (a guest's usual depth) are
+/// served by one thread for 10–30 % less CPU per request and as fast (docs/benchmarks.md, issue
+/// 14); a deep queue of small requests (64 in flight) is served faster in parallel.
+const RECRUIT_BACKLOG: u16 = 32;
 
 /// Bytes that make a chain bulk I/O. Reply buffers (device-writable) that large make a bulk READ:
 /// copying that much from a file into guest memory is worth a second CPU even when only a few

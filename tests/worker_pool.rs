@@ -116,8 +116,8 @@ fn open_fifo_amid_getattrs(
 }
 
 /// A slow request (the host filesystem blocks) does not hold up a queue of fast requests behind
-/// it: a backlog of 8 (the daemon's recruit threshold) or more chains brings in pool threads at
-/// once.
+/// it: the stall watcher brings in a pool thread within a tick or two (a backlog of 32 chains,
+/// the daemon's recruit threshold, at once).
 #[test]
 fn fast_requests_overtake_a_blocked_one() {
     let (share, _sock, socket) = fifo_share();
