@@ -274,6 +274,7 @@ impl Harness {
             xattrmap: None,
             ids: Default::default(),
             fd_cache_size: vhostfs::passthrough::fd_cache::DEFAULT_SIZE,
+            migration: Default::default(),
         })
         .unwrap();
         let fs = Arc::new(fs);

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 
 pub use crate::fuse_server::Negotiation;
 use crate::passthrough::id_map::{IdMap as Translation, IdMaps};
+use crate::passthrough::migration::{MigrationConfig, MigrationMode, OnError};
 use crate::passthrough::xattr_map::XattrMap;
 pub use crate::passthrough::InodeFileHandles;
 use crate::sandbox::{IdMap, LandlockMode, ModCaps, SandboxConfig, SandboxMode, SeccompMode};
@@ -121,6 +122,9 @@ pub struct Config {
     /// `--writeback`, `-o writeback` / `-o no_writeback`: negotiate FUSE_WRITEBACK_CACHE
     /// (default off).
     pub writeback: bool,
+    /// `--migration-mode`, `--migration-on-error`, `--migration-verify-handles`,
+    /// `--migration-confirm-paths`.
+    pub migration: MigrationConfig,
     /// `--preserve-noatime`: keep the guest's O_NOATIME when opening (default off: cleared).
     pub preserve_noatime: bool,
     /// `--killpriv-v2` / `--no-killpriv-v2`, `-o killpriv_v2` / `-o no_killpriv_v2` (default
@@ -154,7 +158,7 @@ pub struct Config {
     pub keep_listening: bool,
     /// Warnings about the command line, to be logged once logging is set up: deprecated
     /// spellings that were used (`-o`, `-d`, `-f`, `--socket`, `fallback`), worded as
-    /// virtiofsd words them, and migration options, which have no effect yet.
+    /// virtiofsd words them.
     pub deprecations: Vec<String>,
 }
 
@@ -223,20 +227,6 @@ pub fn capabilities_json() -> String {
 /// (`vhostfs-gen`).
 pub fn command() -> clap::Command {
     Opt::command()
-}
-
-/// Lists, in command-line order, the options that were given with an effect vhostfs does
-/// not implement yet.
-fn unsupported(opt: &Opt) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut check = |bad: bool, spelling: &str| {
-        if bad {
-            found.push(spelling.to_string());
-        }
-    };
-    check(opt.migration_verify_handles, "--migration-verify-handles");
-    check(opt.migration_confirm_paths, "--migration-confirm-paths");
-    found
 }
 
 /// Checks that `fd` is an open file descriptor referring to a socket.
@@ -339,14 +329,6 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         return Ok(Action::PrintCapabilities);
     }
 
-    let unsupported = unsupported(&opt);
-    if !unsupported.is_empty() {
-        return Err(CliError::new(format!(
-            "not supported yet: {}",
-            unsupported.join(", ")
-        )));
-    }
-
     let mut deprecations = Vec::new();
     let socket = match (opt.fd, &opt.socket_path, &opt.socket) {
         (Some(fd), _, _) => {
@@ -389,17 +371,19 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         deprecations.push("Use of deprecated value 'fallback' for '--inode-file-handles': Please use 'prefer' instead".into());
     }
 
-    for (given, option) in [
-        (&opt.migration_mode, "--migration-mode"),
-        (&opt.migration_on_error, "--migration-on-error"),
-    ] {
-        if let Some(value) = given {
-            deprecations.push(format!(
-                "{option}={value} has no effect: vhostfs does not offer migration yet, so QEMU \
-                 fails a migration of this VM (the VM keeps running here)"
-            ));
-        }
-    }
+    // Checked by clap already (one of the listed values).
+    let migration = MigrationConfig {
+        mode: match opt.migration_mode.as_deref() {
+            Some(m) => m.parse().map_err(CliError::new)?,
+            None => MigrationMode::FindPaths,
+        },
+        on_error: match opt.migration_on_error.as_deref() {
+            Some(m) => m.parse().map_err(CliError::new)?,
+            None => OnError::Abort,
+        },
+        verify_handles: opt.migration_verify_handles,
+        confirm_paths: opt.migration_confirm_paths,
+    };
     let translation = |specs: &[String], option: &str| {
         Translation::parse(specs.iter().map(String::as_str))
             .map_err(|e| CliError::new(format!("invalid value for '{option}': {e}")))
@@ -441,6 +425,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         readdirplus: eff.readdirplus && eff.cache != CacheMode::Never,
         allow_mmap: opt.allow_mmap,
         writeback: eff.writeback,
+        migration,
         preserve_noatime: opt.preserve_noatime,
         killpriv_v2: eff.killpriv_v2.value,
         announce_submounts: eff.announce_submounts,

@@ -18,6 +18,7 @@ use crate::cli::{Config, SocketSource};
 use crate::fuse_server::{FuseServer, ServerOptions};
 use crate::metrics::QueueGauges;
 use crate::passthrough::fd_budget::FdBudget;
+use crate::passthrough::migration::MigrationMode;
 use crate::passthrough::{FsConfig, PassthroughFs};
 use crate::pid_file::PidFile;
 use crate::sandbox::{Sandbox, SandboxMode};
@@ -192,6 +193,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         announce_submounts: cfg.announce_submounts,
         fd_budget: budget,
         fd_cache_size: cfg.fd_cache_size,
+        migration: cfg.migration,
     };
     let fs = Arc::new(PassthroughFs::new(fs_cfg).map_err(|e| e.to_string())?);
     log::info!(
@@ -213,7 +215,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
         disarmed.metrics_socket = None;
         std::mem::forget(disarmed.pid_file.take());
     }
-    sandbox.confine(&sandbox_cfg, fs.uses_file_handles())?;
+    // A `file-handles` migration destination opens the source's handles, whatever this
+    // daemon's own inodes use.
+    let opens_handles = fs.uses_file_handles() || cfg.migration.mode == MigrationMode::FileHandles;
+    sandbox.confine(&sandbox_cfg, opens_handles)?;
     // Signals are handled by a thread of their own, started after `confine` (threads started
     // before would keep the capabilities and miss Landlock) and before any other thread, which
     // all inherit the blocked signal mask.

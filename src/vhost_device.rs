@@ -9,14 +9,25 @@
 //!
 //! Locks: the vring's own lock is taken only to add the last request's used entry and pop the
 //! next chain (both under one acquisition), never while a request runs, so the frontend thread
-//! (GET_VRING_BASE and friends) is never blocked by I/O.
+//! (GET_VRING_BASE and friends) is never blocked by I/O. A popped chain counts as in flight
+//! (`QueueGauges::serving`) from under that lock until it is served.
+//!
+//! Migration (VHOST_USER_PROTOCOL_F_DEVICE_STATE): SET_DEVICE_STATE_FD starts a thread that
+//! saves the FUSE session into the pipe QEMU gave (once no request is in flight: the queues are
+//! stopped by then) or loads it from the pipe to EOF; CHECK_DEVICE_STATE waits for that thread
+//! and reports its result. This module only moves the bytes (`fuse_server::migration`).
 
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::thread::JoinHandle;
 
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
+    VhostUserVirtioFeatures,
+};
 use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
@@ -31,6 +42,8 @@ use crate::fuse_server::FuseServer;
 use crate::metrics::QueueGauges;
 use crate::stall_watch::{StallWatch, TICK};
 use crate::worker_pool::WorkerPool;
+
+mod device_state;
 
 /// Guest memory as the backend maps it. No dirty-page bitmap: the device does not offer
 /// `LOG_SHMFD` (no live migration), and vhost-user-backend's bitmap type takes a shared
@@ -106,11 +119,14 @@ struct Inner {
     vrings: Vec<OnceLock<Vring>>,
     /// Queue threads stuck in one request get help (see [`VhostFsBackend::rescue`]).
     watch: Arc<StallWatch>,
-    /// Requests in flight and chains waiting, per queue (for the metrics).
+    /// Requests in flight and chains waiting, per queue (for the metrics, and to know when a
+    /// state can be saved).
     gauges: Arc<QueueGauges>,
     /// The consumer fds of the exit events handed to vhost-user-backend, which leaks them;
     /// closed by [`VhostFsBackend::finish`].
     exit_consumers: Mutex<Vec<RawFd>>,
+    /// The state transfer SET_DEVICE_STATE_FD started, until CHECK_DEVICE_STATE collects it.
+    transfer: Mutex<Option<JoinHandle<io::Result<()>>>>,
 }
 
 impl VhostFsBackend {
@@ -151,6 +167,7 @@ impl VhostFsBackend {
             watch: StallWatch::new(queues),
             gauges: Arc::new(QueueGauges::new(queues)),
             exit_consumers: Mutex::default(),
+            transfer: Mutex::new(None),
         });
         let weak = Arc::downgrade(&inner);
         inner.watch.start(move |queue| {
@@ -242,7 +259,7 @@ impl VhostFsBackend {
         // Used entries added since the last notification.
         let mut unsignalled = 0u16;
         loop {
-            let (chain, backlog) = {
+            let chain = {
                 let mut state = vring.get_mut();
                 let mut urgent = false;
                 if let Some((head, used, bulk)) = served.take() {
@@ -264,8 +281,11 @@ impl VhostFsBackend {
                     notify(&mut state, event_idx)?;
                     unsignalled = 0;
                 }
-                (chain, backlog)
+                // Counted before the lock goes: a stopped queue has nothing popped uncounted.
+                let in_flight = chain.as_ref().and_then(|_| gauges.serving(queue));
+                (chain, backlog, in_flight)
             };
+            let (chain, backlog, _in_flight) = chain;
             let Some(chain) = chain else { return Ok(()) };
             let (request, reply) = buffer_bytes(&chain);
             if own && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply >= BULK)) {
@@ -274,7 +294,6 @@ impl VhostFsBackend {
             let head = chain.head_index();
             let bulk = request >= BULK;
             let _watched = own.then(|| self.inner.watch.serving(queue)).flatten();
-            let _in_flight = gauges.serving(queue);
             served = Some((head, self.inner.server.handle_chain(&*mem, chain), bulk));
         }
     }
@@ -383,11 +402,27 @@ impl VhostUserBackend for VhostFsBackend {
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
         let mut f = VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::DEVICE_STATE;
         if self.inner.tag.is_some() {
             f |= VhostUserProtocolFeatures::CONFIG;
         }
         f
+    }
+
+    /// Starts saving or loading the FUSE session through `file` on a thread (QEMU reads or
+    /// writes the pipe while this returns); CHECK_DEVICE_STATE collects the result.
+    fn set_device_state_fd(
+        &self,
+        direction: VhostTransferStateDirection,
+        phase: VhostTransferStatePhase,
+        file: File,
+    ) -> io::Result<Option<File>> {
+        self.start_transfer(direction, phase, file).map(|()| None)
+    }
+
+    fn check_device_state(&self) -> io::Result<()> {
+        self.transfer_result()
     }
 
     fn set_event_idx(&self, enabled: bool) {

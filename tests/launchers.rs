@@ -247,8 +247,8 @@ fn guest_owner(c: &common::FuseClient, name: &str) -> (u32, u32) {
 }
 
 // KubeVirt (virt-controller services/virtiofs.go) for a service-account volume: the files of
-// the virt-launcher's qemu user (107) show as root in the guest. The migration options are
-// accepted and checked, with no effect (vhostfs offers no migration yet).
+// the virt-launcher's qemu user (107) show as root in the guest. The migration options are those
+// of every KubeVirt daemon (tests/migration.rs migrates with them).
 #[test]
 fn kubevirt() {
     serve_with_socket(

@@ -262,23 +262,21 @@ pub(super) struct Opt {
     #[arg(long = "preserve-noatime")]
     pub(super) preserve_noatime: bool,
 
-    /// How to perform migration (find-paths, file-handles); checked, but vhostfs offers no
-    /// migration yet (QEMU fails a migration of the VM)
+    /// How to perform migration (find-paths, file-handles) [default: find-paths]
     #[arg(long = "migration-mode", value_parser = one_of(MIGRATION_MODE, false))]
     pub(super) migration_mode: Option<String>,
 
-    /// How to respond to errors during migration (abort, guest-error); checked, but vhostfs
-    /// offers no migration yet (QEMU fails a migration of the VM)
+    /// How to respond to errors during migration (abort, guest-error) [default: abort]
     #[arg(long = "migration-on-error", value_parser = one_of(MIGRATION_ON_ERROR, false))]
     pub(super) migration_on_error: Option<String>,
 
-    /// Ensure that the migration destination opens the very same inodes as the source
-    /// [not supported yet]
+    /// Ensure that the migration destination opens the very same inodes as the source (only for
+    /// find-paths)
     #[arg(long = "migration-verify-handles")]
     pub(super) migration_verify_handles: bool,
 
     /// Double-check the identity of inodes before switching over to the migration destination
-    /// [not supported yet]
+    /// (only for find-paths)
     #[arg(long = "migration-confirm-paths")]
     pub(super) migration_confirm_paths: bool,
 }

@@ -61,6 +61,7 @@ fn defaults_match_virtiofsd() {
             readdirplus: true,
             allow_mmap: false,
             writeback: false,
+            migration: Default::default(),
             preserve_noatime: false,
             killpriv_v2: false,
             announce_submounts: true,
@@ -254,27 +255,6 @@ fn compat_o_forms() {
     assert!(config.announce_submounts);
     // A later -o can undo an unsupported long option, as in virtiofsd.
     run(&["--killpriv-v2", "-o", "no_killpriv_v2"]);
-}
-
-#[test]
-fn unsupported_options_are_rejected() {
-    for (args, expected) in [
-        (
-            &["--migration-verify-handles"][..],
-            "--migration-verify-handles",
-        ),
-        (&["--migration-confirm-paths"], "--migration-confirm-paths"),
-    ] {
-        assert_eq!(
-            fail(args),
-            format!("not supported yet: {expected}"),
-            "{args:?}"
-        );
-    }
-    assert_eq!(
-        fail(&["--migration-confirm-paths", "--migration-verify-handles"]),
-        "not supported yet: --migration-verify-handles, --migration-confirm-paths"
-    );
 }
 
 #[test]

@@ -172,25 +172,42 @@ fn translate_forms() {
 }
 
 #[test]
-fn migration_values_are_checked_and_warned_about() {
-    // KubeVirt's options: accepted, with a warning that migration is not offered.
+fn migration_options_make_the_migration_config() {
+    use crate::passthrough::migration::{MigrationConfig, MigrationMode, OnError};
+    // KubeVirt's options, without a warning.
     let config = run(&[
         "--migration-on-error=guest-error",
         "--migration-mode=find-paths",
     ]);
+    assert!(config.deprecations.is_empty(), "{:?}", config.deprecations);
     assert_eq!(
-        config.deprecations,
-        [
-            "--migration-mode=find-paths has no effect: vhostfs does not offer migration yet, so \
-             QEMU fails a migration of this VM (the VM keeps running here)",
-            "--migration-on-error=guest-error has no effect: vhostfs does not offer migration \
-             yet, so QEMU fails a migration of this VM (the VM keeps running here)",
-        ]
+        config.migration,
+        MigrationConfig {
+            mode: MigrationMode::FindPaths,
+            on_error: OnError::GuestError,
+            verify_handles: false,
+            confirm_paths: false,
+        }
     );
-    run(&[
+    // virtiofsd's defaults.
+    assert_eq!(run(&[]).migration, MigrationConfig::default());
+    assert_eq!(MigrationConfig::default().mode, MigrationMode::FindPaths);
+    assert_eq!(MigrationConfig::default().on_error, OnError::Abort);
+    let config = run(&[
         "--migration-mode=file-handles",
         "--migration-on-error=abort",
+        "--migration-verify-handles",
+        "--migration-confirm-paths",
     ]);
+    assert_eq!(
+        config.migration,
+        MigrationConfig {
+            mode: MigrationMode::FileHandles,
+            on_error: OnError::Abort,
+            verify_handles: true,
+            confirm_paths: true,
+        }
+    );
     assert!(super::tests::fail(&["--migration-mode=paths"])
         .starts_with("invalid value 'paths' for '--migration-mode <MIGRATION_MODE>'"));
     assert!(super::tests::fail(&["--migration-on-error=ignore"])

@@ -179,20 +179,25 @@ impl FuseServer {
                     out.flags2
                 );
                 let used = reply::ok(w, unique, &[out.as_slice()])?;
-                let flags = u64::from(out.flags) | (u64::from(out.flags2) << 32);
-                self.dont_mask
-                    .store(flags & FUSE_DONT_MASK != 0, Ordering::Release);
-                self.secctx
-                    .store(flags & FUSE_SECURITY_CTX != 0, Ordering::Release);
-                self.fs.set_writeback(flags & FUSE_WRITEBACK_CACHE != 0);
-                self.killpriv_v2
-                    .store(flags & FUSE_HANDLE_KILLPRIV_V2 != 0, Ordering::Release);
-                self.setxattr_ext
-                    .store(flags & FUSE_SETXATTR_EXT != 0, Ordering::Release);
+                self.apply(u64::from(out.flags) | (u64::from(out.flags2) << 32));
                 self.initialized.store(true, Ordering::Release);
                 Ok(used)
             }
         }
+    }
+
+    /// Puts the session's negotiated INIT `flags` in force (at INIT, or loaded by a migration).
+    pub(super) fn apply(&self, flags: u64) {
+        self.negotiated.store(flags, Ordering::Release);
+        self.dont_mask
+            .store(flags & FUSE_DONT_MASK != 0, Ordering::Release);
+        self.secctx
+            .store(flags & FUSE_SECURITY_CTX != 0, Ordering::Release);
+        self.fs.set_writeback(flags & FUSE_WRITEBACK_CACHE != 0);
+        self.killpriv_v2
+            .store(flags & FUSE_HANDLE_KILLPRIV_V2 != 0, Ordering::Release);
+        self.setxattr_ext
+            .store(flags & FUSE_SETXATTR_EXT != 0, Ordering::Release);
     }
 }
 

@@ -9,12 +9,13 @@ mod dir;
 mod ext;
 mod file;
 pub mod init;
+mod migration;
 mod ops;
 mod reply;
 
 use std::io::{self, Read};
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fuse_backend_rs::transport::{Reader, VirtioFsWriter, Writer};
@@ -123,6 +124,9 @@ pub struct FuseServer {
     killpriv_v2: AtomicBool,
     /// The last INIT negotiated FUSE_SETXATTR_EXT: SETXATTR comes with the extended struct.
     setxattr_ext: AtomicBool,
+    /// The INIT flags (flags | flags2 << 32) the session negotiated: what a migration saves;
+    /// the flags above follow from it ([`FuseServer::apply`]).
+    negotiated: AtomicU64,
 }
 
 /// What [`FuseServer::stats`] reports for one opcode.
@@ -171,6 +175,7 @@ impl FuseServer {
             metrics: ServerMetrics::default(),
             killpriv_v2: AtomicBool::new(false),
             setxattr_ext: AtomicBool::new(false),
+            negotiated: AtomicU64::new(0),
         }
     }
 

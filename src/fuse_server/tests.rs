@@ -47,6 +47,7 @@ pub(super) fn server() -> (FuseServer, TempDir) {
         xattrmap: None,
         ids: Default::default(),
         fd_cache_size: crate::passthrough::fd_cache::DEFAULT_SIZE,
+        migration: Default::default(),
     })
     .unwrap();
     (FuseServer::new(Arc::new(fs), ServerOptions::default()), dir)

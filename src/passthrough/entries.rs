@@ -76,7 +76,7 @@ impl PassthroughFs {
     /// mount found to have no handles is not asked again (one failing syscall per mount, not
     /// per inode). A sub-filesystem without handles under `mandatory`: the lookup fails, the
     /// daemon goes on.
-    fn source_for(
+    pub(super) fn source_for(
         &self,
         fd: OwnedFd,
         kind: u32,

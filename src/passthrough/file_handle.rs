@@ -54,7 +54,7 @@ impl std::fmt::Debug for FileHandle {
 }
 
 impl FileHandle {
-    fn new(handle_type: i32, bytes: &[u8]) -> FileHandle {
+    pub(super) fn new(handle_type: i32, bytes: &[u8]) -> FileHandle {
         match u8::try_from(handle_type) {
             Ok(t) if bytes.len() <= INLINE => {
                 let mut data = [0; INLINE];
@@ -72,14 +72,14 @@ impl FileHandle {
         }
     }
 
-    fn handle_type(&self) -> i32 {
+    pub(super) fn handle_type(&self) -> i32 {
         match self {
             FileHandle::Inline { handle_type, .. } => i32::from(*handle_type),
             FileHandle::Heap(h) => h.handle_type,
         }
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub(super) fn bytes(&self) -> &[u8] {
         match self {
             FileHandle::Inline { len, data, .. } => &data[..usize::from(*len)],
             FileHandle::Heap(h) => &h.bytes,

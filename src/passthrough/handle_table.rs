@@ -4,9 +4,13 @@
 //! both are released when the guest sends RELEASE/RELEASEDIR (or DESTROY) *and* no request is
 //! still using the file (requests hold an `Arc`). The table is sharded by `fh` like the inode
 //! table; the shard lock covers only map operations, never I/O.
+//!
+//! A migration's load puts the source's handles back under the fhs the guest holds
+//! ([`HandleTable::restore`]); an fh it could not re-open (`--migration-on-error=guest-error`) is
+//! *lost*: every request on it fails with `EIO` until the guest releases it.
 
 use crate::sync::lock;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -61,6 +65,8 @@ struct Shard {
 pub struct HandleTable {
     shards: Box<[Shard]>,
     next: AtomicU64,
+    /// fhs a migration could not re-open; looked at only when an fh is not in the table.
+    lost: Mutex<HashSet<u64>>,
 }
 
 impl Default for HandleTable {
@@ -68,6 +74,7 @@ impl Default for HandleTable {
         HandleTable {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             next: AtomicU64::new(1),
+            lost: Mutex::default(),
         }
     }
 }
@@ -87,12 +94,49 @@ impl HandleTable {
         fh
     }
 
-    /// The open file `fh`, or `EBADF`.
+    /// The open file `fh`, or `EBADF` (`EIO` for a lost one).
     pub fn get(&self, fh: u64) -> io::Result<Arc<OpenFile>> {
-        lock(&self.shard(fh).map)
-            .get(&fh)
-            .cloned()
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
+        let found = lock(&self.shard(fh).map).get(&fh).cloned();
+        found.ok_or_else(|| self.missing(fh))
+    }
+
+    fn missing(&self, fh: u64) -> io::Error {
+        let errno = if lock(&self.lost).contains(&fh) {
+            libc::EIO
+        } else {
+            libc::EBADF
+        };
+        io::Error::from_raw_os_error(errno)
+    }
+
+    /// Every open file with its fh: what a migration saves, and the next fh to hand out.
+    pub fn held(&self) -> (Vec<(u64, Arc<OpenFile>)>, u64) {
+        let mut all = Vec::with_capacity(self.len());
+        for s in self.shards.iter() {
+            all.extend(lock(&s.map).iter().map(|(fh, f)| (*fh, Arc::clone(f))));
+        }
+        (all, self.next.load(Ordering::Relaxed))
+    }
+
+    /// Puts `file` back as `fh` (a migration's load, into an empty table); `None` marks `fh`
+    /// lost. New fhs start at `next` or after `fh`, whichever is later. `EEXIST` if `fh` is
+    /// taken (or 0).
+    pub fn restore(&self, fh: u64, file: Option<OpenFile>, next: u64) -> io::Result<()> {
+        let taken = fh == 0 || lock(&self.shard(fh).map).contains_key(&fh);
+        if taken || lock(&self.lost).contains(&fh) {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        self.next
+            .fetch_max(next.max(fh.saturating_add(1)), Ordering::Relaxed);
+        let Some(file) = file else {
+            lock(&self.lost).insert(fh);
+            return Ok(());
+        };
+        let shard = self.shard(fh);
+        let mut map = lock(&shard.map);
+        map.insert(fh, Arc::new(file));
+        shard.held.store(map.len(), Ordering::Relaxed);
+        Ok(())
     }
 
     /// Removes `fh`; its fd closes when the last user drops it (outside any lock).
@@ -109,11 +153,13 @@ impl HandleTable {
                 drop(f);
                 Ok(())
             }
+            None if lock(&self.lost).remove(&fh) => Ok(()),
             None => Err(io::Error::from_raw_os_error(libc::EBADF)),
         }
     }
 
     pub fn clear(&self) {
+        lock(&self.lost).clear();
         for s in self.shards.iter() {
             let all: Vec<_> = {
                 let mut map = lock(&s.map);

@@ -18,8 +18,12 @@
 //!   the key maps to it (FORGET of the stale node leaves that mapping alone).
 //! - The table is split into [`SHARDS`] shards, each behind its own mutex; the shard of a node ID
 //!   is in its low bits and the shard of a key is its hash, so one shard holds both indexes for an
-//!   inode. No lock is held across a syscall: callers do their openat/statx/name_to_handle_at
-//!   first and then call [`InodeTable::insert`], which re-checks under the lock.
+//!   inode [`InodeTable::insert`] made. An inode [`InodeTable::restore`]d by a migration keeps
+//!   the node ID the guest knows while its key is the destination host's, so its two indexes may
+//!   be in two shards: a lookup count changes under the lock of the key's shard, and FORGET takes
+//!   both locks (in shard order) for such an inode. No lock is held across a syscall: callers do
+//!   their openat/statx/name_to_handle_at first and then call [`InodeTable::insert`], which
+//!   re-checks under the lock.
 //! - Memory per inode held (the million-file walk of a guest that never forgets, see
 //!   docs/benchmarks.md): one `Arc<Inode>` of 72 bytes (an 80-byte malloc chunk) and two 8-byte
 //!   pointers to it in the shard's sets; a handle's bytes are inline ([`FileHandle`]); what only
@@ -78,6 +82,9 @@ pub enum InodeSource {
     Fd(Box<PathFd>),
     /// A file handle: no fd is held.
     Handle(FileHandle),
+    /// Lost in a migration (`--migration-on-error=guest-error`): the node ID stays valid until
+    /// the guest forgets it, and every operation on it fails with `EIO`. Never in `by_key`.
+    Invalid,
 }
 
 /// An inode's own O_PATH fd and the fd-budget token it holds.
@@ -99,7 +106,8 @@ pub struct Inode {
     /// The `S_IFMT` bits of the mode (the type never changes).
     pub kind: u32,
     pub source: InodeSource,
-    /// Lookups the guest holds; changed only under the shard lock.
+    /// Lookups the guest holds; changed only under the lock of its key's shard (see the module
+    /// doc).
     lookups: AtomicU64,
 }
 
@@ -165,6 +173,7 @@ impl Inode {
             InodeSource::Handle(h) => mounts.open(u64::from(self.key.mnt_id), h, flags),
             // The inode is known not to be a symlink (checked above).
             InodeSource::Fd(p) => sys::reopen(proc_self_fd, p.fd.as_fd(), flags),
+            InodeSource::Invalid => Err(io::Error::from_raw_os_error(libc::EIO)),
         }
     }
 }
@@ -195,6 +204,9 @@ impl Slot {
         self.held.store(shard.by_id.len(), Ordering::Relaxed);
     }
 }
+
+/// A forgotten inode and its writeback state, dropped outside the locks.
+type Removed = (Arc<Inode>, Option<Arc<GuestState>>);
 
 pub struct InodeTable {
     root: Arc<Inode>,
@@ -288,31 +300,111 @@ impl InodeTable {
         if nodeid == ROOT_ID {
             return false;
         }
-        let removed = {
-            let slot = &self.shards[shard_of_id(nodeid)];
-            let mut shard = lock(&slot.shard);
-            let Some(inode) = shard.by_id.get(&nodeid) else {
-                return false;
-            };
-            let left = inode.0.lookups.load(Ordering::Relaxed).saturating_sub(n);
-            inode.0.lookups.store(left, Ordering::Relaxed);
-            if left > 0 {
-                return false;
+        let id_shard = shard_of_id(nodeid);
+        let key_shard = {
+            let shard = lock(&self.shards[id_shard].shard);
+            match shard.by_id.get(&nodeid) {
+                Some(inode) => shard_of_key(&inode.0.key),
+                None => return false,
             }
-            let ById(inode) = shard.by_id.take(&nodeid).expect("present");
-            slot.update_held(&shard);
-            if shard
-                .by_key
-                .get(&inode.key)
-                .is_some_and(|k| Arc::ptr_eq(&k.0, &inode))
-            {
-                shard.by_key.remove(&inode.key);
-            }
-            (inode, shard.guests.remove(&nodeid))
         };
-        // The fd (if any) closes here, outside the lock, unless a request still uses it.
+        let removed = if key_shard == id_shard {
+            let mut shard = lock(&self.shards[id_shard].shard);
+            self.forget_locked(&mut shard, None, id_shard, nodeid, n)
+        } else {
+            // A restored inode: both locks, in shard order.
+            let (first, second) = (id_shard.min(key_shard), id_shard.max(key_shard));
+            let mut a = lock(&self.shards[first].shard);
+            let mut b = lock(&self.shards[second].shard);
+            let (ids, keys) = if first == id_shard {
+                (&mut *a, &mut *b)
+            } else {
+                (&mut *b, &mut *a)
+            };
+            self.forget_locked(ids, Some(keys), id_shard, nodeid, n)
+        };
+        // The fd (if any) closes here, outside the locks, unless a request still uses it.
+        let gone = removed.is_some();
         drop(removed);
-        true
+        gone
+    }
+
+    /// [`Self::forget`] under the lock of the node ID's shard `ids` (number `s`) and, when the
+    /// key is in another shard, that one's (`keys`).
+    fn forget_locked(
+        &self,
+        ids: &mut Shard,
+        keys: Option<&mut Shard>,
+        s: usize,
+        nodeid: u64,
+        n: u64,
+    ) -> Option<Removed> {
+        let inode = ids.by_id.get(&nodeid)?;
+        let left = inode.0.lookups.load(Ordering::Relaxed).saturating_sub(n);
+        inode.0.lookups.store(left, Ordering::Relaxed);
+        if left > 0 {
+            return None;
+        }
+        let ById(inode) = ids.by_id.take(&nodeid).expect("present");
+        self.shards[s].update_held(ids);
+        let guest = ids.guests.remove(&nodeid);
+        let keys = keys.unwrap_or(ids);
+        if keys
+            .by_key
+            .get(&inode.key)
+            .is_some_and(|k| Arc::ptr_eq(&k.0, &inode))
+        {
+            keys.by_key.remove(&inode.key);
+        }
+        Some((inode, guest))
+    }
+
+    /// Every inode the guest holds but the root, with its lookup count: what a migration saves.
+    /// Takes each shard's lock in turn (the frontend stopped the queues: nothing changes).
+    pub fn held(&self) -> Vec<(Arc<Inode>, u64)> {
+        let mut all = Vec::with_capacity(self.len());
+        for s in self.shards.iter() {
+            let shard = lock(&s.shard);
+            all.extend(
+                shard
+                    .by_id
+                    .iter()
+                    .map(|i| (Arc::clone(&i.0), i.0.lookups.load(Ordering::Relaxed))),
+            );
+        }
+        all
+    }
+
+    /// Puts `inode` in the table as `nodeid` with `lookups` (a migration's load, into a table
+    /// that holds only the root): the node IDs the guest knows are kept. New node IDs of that
+    /// shard come after it. `EEXIST` for a node ID the table has (or the root or 0); an inode
+    /// whose key the table already maps (two saved inodes that are one file here) and an
+    /// [`InodeSource::Invalid`] one are reached by node ID only.
+    pub fn restore(&self, mut inode: Inode, nodeid: u64, lookups: u64) -> io::Result<()> {
+        if nodeid == ROOT_ID || nodeid == 0 || lookups == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        inode.nodeid = nodeid;
+        inode.lookups = AtomicU64::new(lookups);
+        let inode = Arc::new(inode);
+        let s = shard_of_id(nodeid);
+        {
+            let slot = &self.shards[s];
+            let mut shard = lock(&slot.shard);
+            if shard.by_id.contains(&nodeid) {
+                return Err(io::Error::from_raw_os_error(libc::EEXIST));
+            }
+            shard.by_id.insert(ById(Arc::clone(&inode)));
+            shard.next_seq = shard.next_seq.max(nodeid >> SHARD_BITS);
+            slot.update_held(&shard);
+        }
+        if !matches!(inode.source, InodeSource::Invalid) {
+            let mut shard = lock(&self.shards[shard_of_key(&inode.key)].shard);
+            if !shard.by_key.contains(&inode.key) {
+                shard.by_key.insert(ByKey(inode));
+            }
+        }
+        Ok(())
     }
 
     /// Forgets every inode but the root (FUSE_DESTROY, or a new session).
@@ -366,99 +458,4 @@ impl InodeTable {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::passthrough::fd_budget::FdBudget;
-
-    fn fd_inode(ino: u64, budget: &Arc<FdBudget>) -> Inode {
-        let fd = std::fs::File::open("/").unwrap().into();
-        let key = InodeKey {
-            ino,
-            dev: 1,
-            mnt_id: 1,
-        };
-        Inode::new(
-            key,
-            libc::S_IFREG,
-            InodeSource::fd(fd, budget.take().unwrap()),
-        )
-    }
-
-    #[test]
-    fn same_key_same_node_and_forget_frees() {
-        let budget = FdBudget::new(100);
-        let t = InodeTable::new(fd_inode(1, &budget));
-        let a = t.insert(fd_inode(10, &budget));
-        let b = t.insert(fd_inode(10, &budget));
-        assert_eq!(a.nodeid, b.nodeid);
-        assert_ne!(a.nodeid, ROOT_ID);
-        assert_eq!(t.lookups(a.nodeid), 2);
-        // the duplicate's fd went back to the budget
-        assert_eq!(budget.in_use(), 2);
-        let c = t.ref_existing(&a.key).unwrap();
-        assert_eq!(c.nodeid, a.nodeid);
-        assert_eq!(t.lookups(a.nodeid), 3);
-        drop((b, c));
-        t.forget(a.nodeid, 2);
-        assert!(t.get(a.nodeid).is_ok());
-        t.forget(a.nodeid, 5);
-        assert_eq!(
-            t.get(a.nodeid).unwrap_err().raw_os_error(),
-            Some(libc::EBADF)
-        );
-        assert!(t.ref_existing(&a.key).is_none());
-        drop(a);
-        assert_eq!(budget.in_use(), 1);
-        let d = t.insert(fd_inode(10, &budget));
-        assert_eq!(t.lookups(d.nodeid), 1);
-    }
-
-    #[test]
-    fn an_inode_is_72_bytes_with_its_arc_counts() {
-        assert_eq!(std::mem::size_of::<InodeKey>(), 16);
-        assert_eq!(std::mem::size_of::<InodeSource>(), 16);
-        assert_eq!(std::mem::size_of::<Inode>(), 56);
-        assert_eq!(std::mem::size_of::<ById>(), 8);
-        assert_eq!(std::mem::size_of::<ByKey>(), 8);
-    }
-
-    #[test]
-    fn guest_state_lives_and_dies_with_its_node() {
-        let budget = FdBudget::new(100);
-        let t = InodeTable::new(fd_inode(1, &budget));
-        let a = t.insert(fd_inode(10, &budget));
-        assert_eq!(t.generation(a.nodeid), 0);
-        let g = t.guest(a.nodeid).unwrap();
-        g.raise_generation();
-        assert_eq!(t.generation(a.nodeid), 1);
-        assert!(Arc::ptr_eq(&g, &t.guest(a.nodeid).unwrap()));
-        assert!(t.forget(a.nodeid, 1));
-        assert_eq!(t.generation(a.nodeid), 0);
-        assert!(t.guest(a.nodeid).is_none());
-        let b = t.insert(fd_inode(11, &budget));
-        t.guest(b.nodeid).unwrap().raise_generation();
-        t.clear();
-        assert_eq!(t.generation(b.nodeid), 0);
-    }
-
-    #[test]
-    fn root_survives_forget_and_clear() {
-        let budget = FdBudget::new(200);
-        let t = InodeTable::new(fd_inode(1, &budget));
-        for i in 0..100 {
-            t.insert(fd_inode(100 + i, &budget));
-        }
-        assert_eq!(t.len(), 101);
-        t.forget(ROOT_ID, 10);
-        t.clear();
-        assert_eq!(t.len(), 1);
-        assert!(t.get(ROOT_ID).is_ok());
-        assert_eq!(budget.in_use(), 1);
-        assert_eq!(
-            t.ref_existing(&t.get(ROOT_ID).unwrap().key.clone())
-                .unwrap()
-                .nodeid,
-            ROOT_ID
-        );
-    }
-}
+mod tests;

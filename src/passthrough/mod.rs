@@ -29,6 +29,7 @@ mod inode_index;
 mod inode_table;
 mod killpriv;
 mod labels;
+pub mod migration;
 mod setattr;
 pub(crate) mod sys;
 mod writeback;
@@ -150,6 +151,8 @@ pub struct FsConfig {
     pub fd_budget: usize,
     /// How many O_PATH fds of handle-backed inodes the fd cache may hold (0: no cache).
     pub fd_cache_size: usize,
+    /// `--migration-*`: how the state is saved for, and loaded from, a live migration.
+    pub migration: migration::MigrationConfig,
 }
 
 /// What [`PassthroughFs::gauges`] reports.
@@ -376,6 +379,7 @@ impl PassthroughFs {
                 self.fd_cache.insert(inode.nodeid, Arc::clone(&fd));
                 Ok(InodeFd::Shared(fd))
             }
+            InodeSource::Invalid => Err(err(libc::EIO)),
         }
     }
 

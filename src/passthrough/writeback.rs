@@ -128,6 +128,11 @@ impl GuestState {
     pub(super) fn raise_generation(&self) -> u64 {
         self.generation.fetch_add(1, Ordering::AcqRel) + 1
     }
+
+    /// The generation the migration source had given the node (before any request runs).
+    pub(super) fn set_generation(&self, generation: u64) {
+        self.generation.store(generation, Ordering::Release);
+    }
 }
 
 impl PassthroughFs {

@@ -14,6 +14,9 @@ use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use super::guest_memory::{GuestBuf, GuestMemory};
 use super::virtqueue::{Completion, RawDesc, VirtQueue};
 
+mod migration;
+pub use migration::SavedState;
+
 /// VIRTIO_F_VERSION_1.
 pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 /// VIRTIO_RING_F_INDIRECT_DESC.
@@ -71,6 +74,8 @@ pub struct TestGuest {
     queues: Vec<Mutex<VirtQueue>>,
     features: u64,
     protocol_features: VhostUserProtocolFeatures,
+    /// What it connected with (a migration connects the destination alike).
+    opts: GuestOptions,
 }
 
 fn vhost_err(what: &str, e: vhost::Error) -> io::Error {
@@ -118,6 +123,34 @@ impl TestGuest {
 
     /// [`TestGuest::connect`] with all options.
     pub fn connect_with(socket: &Path, opts: &GuestOptions) -> io::Result<TestGuest> {
+        let (mut fe, features, protocol_features) = Self::handshake(socket, opts)?;
+        let mem = GuestMemory::new(opts.mem_size)?;
+        let event_idx = features & VIRTIO_RING_F_EVENT_IDX != 0;
+        let mut queues = Vec::with_capacity(1 + opts.request_queues);
+        for _ in 0..=opts.request_queues {
+            queues.push(VirtQueue::new(&mem, opts.queue_size, event_idx, opts.spin)?);
+        }
+        let bases = vec![0; queues.len()];
+        let refs: Vec<&VirtQueue> = queues.iter().collect();
+        Self::start_rings_of(&mut fe, &mem, &refs, &bases, features)?;
+        drop(refs);
+        Ok(TestGuest {
+            frontend: Mutex::new(fe),
+            mem,
+            queues: queues.into_iter().map(Mutex::new).collect(),
+            features,
+            protocol_features,
+            opts: opts.clone(),
+        })
+    }
+
+    /// Connects and negotiates features (QEMU at start-up): everything before the memory
+    /// table. DEVICE_STATE is acked when offered (a migration's state moves before the rings
+    /// start).
+    fn handshake(
+        socket: &Path,
+        opts: &GuestOptions,
+    ) -> io::Result<(Frontend, u64, VhostUserProtocolFeatures)> {
         if opts.request_queues == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -151,8 +184,10 @@ impl TestGuest {
             let pf = fe
                 .get_protocol_features()
                 .map_err(|e| vhost_err("GET_PROTOCOL_FEATURES", e))?;
-            protocol_features =
-                pf & (VhostUserProtocolFeatures::MQ | VhostUserProtocolFeatures::REPLY_ACK);
+            protocol_features = pf
+                & (VhostUserProtocolFeatures::MQ
+                    | VhostUserProtocolFeatures::REPLY_ACK
+                    | VhostUserProtocolFeatures::DEVICE_STATE);
             fe.set_protocol_features(protocol_features)
                 .map_err(|e| vhost_err("SET_PROTOCOL_FEATURES", e))?;
         }
@@ -175,30 +210,36 @@ impl TestGuest {
         }
         fe.set_features(features)
             .map_err(|e| vhost_err("SET_FEATURES", e))?;
+        Ok((fe, features, protocol_features))
+    }
 
-        let mem = GuestMemory::new(opts.mem_size)?;
+    /// The memory table and the rings of `queues` from avail index `bases[i]`, kicked and
+    /// enabled (QEMU's vhost start).
+    fn start_rings_of(
+        fe: &mut Frontend,
+        mem: &GuestMemory,
+        queues: &[&VirtQueue],
+        bases: &[u16],
+        features: u64,
+    ) -> io::Result<()> {
         let region = VhostUserMemoryRegionInfo::from_guest_region(mem.region())
             .map_err(|e| vhost_err("memory region", e))?;
         fe.set_mem_table(&[region])
             .map_err(|e| vhost_err("SET_MEM_TABLE", e))?;
-
-        let event_idx = features & VIRTIO_RING_F_EVENT_IDX != 0;
-        let mut queues = Vec::with_capacity(nqueues);
-        for i in 0..nqueues {
-            let vq = VirtQueue::new(&mem, opts.queue_size, event_idx, opts.spin)?;
+        for (i, vq) in queues.iter().enumerate() {
             let (desc, avail, used) = vq.addrs();
             let config = VringConfigData {
-                queue_max_size: opts.queue_size,
-                queue_size: opts.queue_size,
+                queue_max_size: vq.size(),
+                queue_size: vq.size(),
                 flags: 0,
                 desc_table_addr: mem.host_addr(desc),
                 used_ring_addr: mem.host_addr(used),
                 avail_ring_addr: mem.host_addr(avail),
                 log_addr: None,
             };
-            fe.set_vring_num(i, opts.queue_size)
+            fe.set_vring_num(i, vq.size())
                 .map_err(|e| vhost_err("SET_VRING_NUM", e))?;
-            fe.set_vring_base(i, 0)
+            fe.set_vring_base(i, bases[i])
                 .map_err(|e| vhost_err("SET_VRING_BASE", e))?;
             fe.set_vring_addr(i, &config)
                 .map_err(|e| vhost_err("SET_VRING_ADDR", e))?;
@@ -206,21 +247,14 @@ impl TestGuest {
                 .map_err(|e| vhost_err("SET_VRING_CALL", e))?;
             fe.set_vring_kick(i, vq.kick_fd())
                 .map_err(|e| vhost_err("SET_VRING_KICK", e))?;
-            queues.push(Mutex::new(vq));
         }
         if features & VHOST_USER_F_PROTOCOL_FEATURES != 0 {
-            for i in 0..nqueues {
+            for i in 0..queues.len() {
                 fe.set_vring_enable(i, true)
                     .map_err(|e| vhost_err("SET_VRING_ENABLE", e))?;
             }
         }
-        Ok(TestGuest {
-            frontend: Mutex::new(fe),
-            mem,
-            queues,
-            features,
-            protocol_features,
-        })
+        Ok(())
     }
 
     /// Number of request queues (the hiprio queue not counted).

@@ -153,6 +153,14 @@ impl FuseClient {
         c
     }
 
+    /// A client on `queue` of `guest` whose session negotiated `flags` already (a session a
+    /// migration moved there).
+    pub fn resumed(guest: Arc<TestGuest>, queue: usize, flags: u64) -> FuseClient {
+        let c = FuseClient::new(guest, queue);
+        c.flags.store(flags, Ordering::Relaxed);
+        c
+    }
+
     pub fn guest(&self) -> &Arc<TestGuest> {
         &self.guest
     }

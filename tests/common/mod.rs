@@ -17,7 +17,7 @@ pub mod temp_dir;
 pub mod virtqueue;
 
 pub use daemon::{spawn_vhostfs, virtiofsd_path, Daemon};
-pub use frontend::{GuestOptions, TestGuest};
+pub use frontend::{GuestOptions, SavedState, TestGuest};
 pub use fuse_client::FuseClient;
 pub use guest_memory::GuestBuf;
 pub use mount::Mount;

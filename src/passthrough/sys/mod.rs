@@ -112,12 +112,22 @@ pub fn fs_type(fd: BorrowedFd) -> String {
 
 /// The target of the symlink `fd` (an O_PATH fd of the link itself).
 pub fn readlink(fd: BorrowedFd) -> io::Result<Vec<u8>> {
+    readlinkat(fd, c"")
+}
+
+/// The path the kernel has for what `fd` refers to: its link in `/proc/self/fd`
+/// (`proc_self_fd`, opened before the sandbox).
+pub fn fd_path(proc_self_fd: BorrowedFd, fd: BorrowedFd) -> io::Result<Vec<u8>> {
+    readlinkat(proc_self_fd, &proc_name(fd))
+}
+
+fn readlinkat(dir: BorrowedFd, name: &CStr) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: valid fd, empty path (the fd is the link), writable buffer of buf.len() bytes.
+    // SAFETY: valid fd and C string, writable buffer of buf.len() bytes.
     let n = check_size(unsafe {
         libc::readlinkat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
             buf.as_mut_ptr().cast(),
             buf.len(),
         )

@@ -1,0 +1,277 @@
+//! The source side: every inode and open file the guest holds, described for the destination.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+
+use super::super::inode_table::{Inode, InodeFd, InodeKey, InodeSource, ROOT_ID};
+use super::super::sys;
+use super::super::PassthroughFs;
+use super::paths::{self, Walker};
+use super::{Encoder, HandleRecord, InodeRecord, Location, MigrationMode, TAG};
+use super::{LOC_HANDLE, LOC_INVALID, LOC_PATH};
+
+/// What a save wrote, for the log and the numbers in docs/migration.md.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Saved {
+    pub inodes: usize,
+    pub handles: usize,
+    /// Inodes sent as invalid (no path or no handle): the destination's `--migration-on-error`
+    /// decides.
+    pub invalid: usize,
+}
+
+/// The mounts file handles belong to, as paths in the share (`file-handles` mode).
+#[derive(Default)]
+struct Mounts {
+    /// Source mount ID → index in `paths`, or why it has no path.
+    index: HashMap<u32, Result<u32, String>>,
+    paths: Vec<Vec<u8>>,
+}
+
+impl PassthroughFs {
+    /// Writes the filesystem's section of the state into `enc`. Nothing changes here: a failed
+    /// migration leaves the source serving as before. Callers make sure no request runs.
+    pub fn save_state(&self, enc: &mut Encoder) -> io::Result<Saved> {
+        let mode = self.cfg.migration.mode;
+        let root = self.inodes.get(ROOT_ID)?;
+        let root_fd = self.path_fd(&root)?;
+        let root_link = sys::fd_path(self.proc_self_fd.as_fd(), root_fd.as_fd())?;
+        let mut walker = Walker::new(root_fd.as_fd());
+        let mut mounts = Mounts::default();
+        let held = self.inodes.held();
+        let mut records = Vec::with_capacity(held.len());
+        let mut unresolved = HashMap::new();
+        for (inode, lookups) in &held {
+            let location = match mode {
+                MigrationMode::FindPaths => match self.find_path(inode, &root_link, &mut walker) {
+                    Ok(Some(p)) => Location::Path(p),
+                    Ok(None) => {
+                        unresolved.insert(inode.key, records.len());
+                        Location::Invalid("no path found in the share".into())
+                    }
+                    Err(why) => Location::Invalid(why),
+                },
+                MigrationMode::FileHandles => self.handle_location(inode, &root_link, &mut mounts),
+            };
+            let check = (mode == MigrationMode::FindPaths && self.cfg.migration.verify_handles)
+                .then(|| self.handle_of(inode).ok())
+                .flatten()
+                .map(|(t, b, _)| (t, b));
+            records.push(InodeRecord {
+                nodeid: inode.nodeid,
+                lookups: *lookups,
+                kind: inode.kind,
+                generation: self.inodes.generation(inode.nodeid),
+                location,
+                check,
+            });
+        }
+        if !unresolved.is_empty() {
+            let found = paths::search(root_fd.as_fd(), &unresolved);
+            for (i, path) in found {
+                records[i].location = Location::Path(path);
+            }
+        }
+        let (open, next_fh) = self.handles.held();
+        let handles: Vec<HandleRecord> = open
+            .iter()
+            .map(|(fh, f)| HandleRecord {
+                fh: *fh,
+                nodeid: f.nodeid,
+                flags: sys::fd::status_flags(f.file.as_fd()).unwrap_or(libc::O_RDONLY),
+                dir: f.dir.is_some(),
+            })
+            .collect();
+        let saved = Saved {
+            inodes: records.len(),
+            handles: handles.len(),
+            invalid: records
+                .iter()
+                .filter(|r| matches!(r.location, Location::Invalid(_)))
+                .count(),
+        };
+        for r in records.iter() {
+            if let Location::Invalid(why) = &r.location {
+                log::warn!("migration: node {} cannot be described: {why}", r.nodeid);
+            }
+        }
+        encode(enc, &mounts.paths, &records, &handles, next_fh);
+        Ok(saved)
+    }
+
+    /// An O_PATH fd of `inode` for the save, not put in the fd cache.
+    fn save_fd<'a>(&self, inode: &'a Inode) -> io::Result<InodeFd<'a>> {
+        match &inode.source {
+            InodeSource::Fd(p) => Ok(InodeFd::Borrowed(p.fd.as_fd())),
+            InodeSource::Handle(h) => match self.fd_cache.get(inode.nodeid) {
+                Some(fd) => Ok(InodeFd::Shared(fd)),
+                None => {
+                    let fd = self
+                        .mounts
+                        .open(u64::from(inode.key.mnt_id), h, libc::O_PATH)?;
+                    Ok(InodeFd::Shared(Arc::new(fd)))
+                }
+            },
+            InodeSource::Invalid => Err(io::Error::from_raw_os_error(libc::EIO)),
+        }
+    }
+
+    /// `find-paths`: the path of `inode` relative to the share; `Ok(None)` when it must be
+    /// searched for, `Err` with the reason when it has none.
+    fn find_path(
+        &self,
+        inode: &Inode,
+        root_link: &[u8],
+        walker: &mut Walker,
+    ) -> Result<Option<Vec<u8>>, String> {
+        if matches!(inode.source, InodeSource::Invalid) {
+            return Err("lost in an earlier migration".into());
+        }
+        let fd = self
+            .save_fd(inode)
+            .map_err(|e| format!("cannot open it: {e}"))?;
+        let st =
+            sys::statx(fd.as_fd(), c"", 0, libc::STATX_NLINK).map_err(|e| format!("statx: {e}"))?;
+        if st.stx_nlink == 0 {
+            return Err("unlinked while open: it has no path".into());
+        }
+        let Ok(link) = sys::fd_path(self.proc_self_fd.as_fd(), fd.as_fd()) else {
+            return Ok(None);
+        };
+        let Some(rel) = paths::relative(root_link, &link) else {
+            return Ok(None);
+        };
+        if self.cfg.migration.confirm_paths && !same_inode(walker, &rel, &inode.key) {
+            return Ok(None);
+        }
+        Ok(Some(rel))
+    }
+
+    /// `inode`'s handle: the one it is keyed by, else one made from its fd; with its mount ID.
+    fn handle_of(&self, inode: &Inode) -> Result<(i32, Vec<u8>, u32), String> {
+        match &inode.source {
+            InodeSource::Handle(h) => Ok((h.handle_type(), h.bytes().to_vec(), inode.key.mnt_id)),
+            InodeSource::Fd(p) => match sys::handle::name_to_handle_at(p.fd.as_fd(), c"") {
+                Ok(raw) => Ok((raw.handle_type, raw.bytes, raw.mnt_id as u32)),
+                Err(e) => Err(format!("no file handle: {e}")),
+            },
+            InodeSource::Invalid => Err("lost in an earlier migration".into()),
+        }
+    }
+
+    /// `file-handles`: `inode`'s handle and the index of its mount's path.
+    fn handle_location(&self, inode: &Inode, root_link: &[u8], mounts: &mut Mounts) -> Location {
+        let (handle_type, bytes, mnt) = match self.handle_of(inode) {
+            Ok(h) => h,
+            Err(why) => return Location::Invalid(why),
+        };
+        let index = match mounts.index.get(&mnt) {
+            Some(i) => i.clone(),
+            None => {
+                let path = self.mount_path(mnt, inode, root_link);
+                let i = path.map(|p| {
+                    mounts.paths.push(p);
+                    (mounts.paths.len() - 1) as u32
+                });
+                mounts.index.insert(mnt, i.clone());
+                i
+            }
+        };
+        match index {
+            Ok(mount) => Location::Handle {
+                mount,
+                handle_type,
+                bytes,
+            },
+            Err(why) => Location::Invalid(why),
+        }
+    }
+
+    /// The path in the share of an inode on mount `mnt` to open handles against: the mount fd,
+    /// else `inode` itself (empty: the share's root).
+    fn mount_path(&self, mnt: u32, inode: &Inode, root_link: &[u8]) -> Result<Vec<u8>, String> {
+        let of = |fd: BorrowedFd| -> Result<Vec<u8>, String> {
+            let link = sys::fd_path(self.proc_self_fd.as_fd(), fd)
+                .map_err(|e| format!("mount {mnt}: no path: {e}"))?;
+            if link == root_link {
+                return Ok(Vec::new());
+            }
+            paths::relative(root_link, &link)
+                .ok_or_else(|| format!("mount {mnt}: no path in the share"))
+        };
+        if let Some(fd) = self.mounts.get(u64::from(mnt)) {
+            return of(fd.as_fd());
+        }
+        let fd = self
+            .save_fd(inode)
+            .map_err(|e| format!("cannot open it: {e}"))?;
+        of(fd.as_fd())
+    }
+}
+
+/// Whether `rel` opens the inode with `key` (`--migration-confirm-paths`).
+fn same_inode(walker: &mut Walker, rel: &[u8], key: &InodeKey) -> bool {
+    walker
+        .open(rel)
+        .and_then(|fd| sys::statx(fd.as_fd(), c"", 0, sys::STATX_WANTED))
+        .is_ok_and(|st| InodeKey::of(&st) == *key)
+}
+
+fn encode(
+    enc: &mut Encoder,
+    mounts: &[Vec<u8>],
+    inodes: &[InodeRecord],
+    handles: &[HandleRecord],
+    next_fh: u64,
+) {
+    enc.tag(TAG);
+    enc.u64(mounts.len() as u64);
+    for m in mounts {
+        enc.bytes(m);
+    }
+    enc.u64(inodes.len() as u64);
+    for r in inodes {
+        enc.u64(r.nodeid);
+        enc.u64(r.lookups);
+        enc.u32(r.kind);
+        enc.u64(r.generation);
+        match &r.location {
+            Location::Invalid(why) => {
+                enc.u8(LOC_INVALID);
+                enc.bytes(why.as_bytes());
+            }
+            Location::Path(p) => {
+                enc.u8(LOC_PATH);
+                enc.bytes(p);
+            }
+            Location::Handle {
+                mount,
+                handle_type,
+                bytes,
+            } => {
+                enc.u8(LOC_HANDLE);
+                enc.u32(*mount);
+                enc.i32(*handle_type);
+                enc.bytes(bytes);
+            }
+        }
+        match &r.check {
+            Some((t, b)) => {
+                enc.u8(1);
+                enc.i32(*t);
+                enc.bytes(b);
+            }
+            None => enc.u8(0),
+        }
+    }
+    enc.u64(next_fh);
+    enc.u64(handles.len() as u64);
+    for h in handles {
+        enc.u64(h.fh);
+        enc.u64(h.nodeid);
+        enc.i32(h.flags);
+        enc.u8(u8::from(h.dir));
+    }
+}

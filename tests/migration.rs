@@ -1,0 +1,269 @@
+//! Live migration with the test guest as QEMU: the state saved from one vhostfs over
+//! DEVICE_STATE, loaded into a second vhostfs on the same share, and the session continued
+//! there with the node IDs and fhs from before (issue 12), in both `--migration-mode`s; refused
+//! streams; the error cases of docs/migration.md under both `--migration-on-error` policies.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+
+use common::fuse_abi::EntryOut;
+use common::{spawn_vhostfs, Daemon, FuseClient, SavedState, TempDir, TestGuest};
+
+const MIB: usize = 1 << 20;
+const RDWR: u32 = libc::O_RDWR as u32;
+
+/// A source daemon with a guest on it, and a destination daemon waiting, on one share.
+struct Pair {
+    /// `None` only while the guest moves.
+    client: Option<FuseClient>,
+    source: Daemon,
+    dest: Daemon,
+    dest_socket: std::path::PathBuf,
+    shared: TempDir,
+    _sock_dir: TempDir,
+}
+
+fn start(source_args: &[&str], dest_args: &[&str]) -> Pair {
+    let shared = TempDir::new("mig-shared").unwrap();
+    start_on(shared, source_args, None, dest_args)
+}
+
+/// Both daemons on `shared`, or the destination on `dest_share` when given.
+fn start_on(
+    shared: TempDir,
+    source_args: &[&str],
+    dest_share: Option<&Path>,
+    dest_args: &[&str],
+) -> Pair {
+    let sock_dir = TempDir::new("mig-sock").unwrap();
+    let (src_sock, dst_sock) = (sock_dir.join("src.sock"), sock_dir.join("dst.sock"));
+    let source_args = [&["--log-level=error"], source_args].concat();
+    let dest_args = [&["--log-level=error"], dest_args].concat();
+    let source = spawn_vhostfs(&src_sock, shared.path(), &source_args).unwrap();
+    let dest = spawn_vhostfs(&dst_sock, dest_share.unwrap_or(shared.path()), &dest_args).unwrap();
+    let guest = TestGuest::connect(&src_sock, 1, 256, 16 * MIB).unwrap();
+    let client = FuseClient::new(Arc::new(guest), 0);
+    client.init().unwrap();
+    Pair {
+        client: Some(client),
+        source,
+        dest,
+        dest_socket: dst_sock,
+        shared,
+        _sock_dir: sock_dir,
+    }
+}
+
+impl Pair {
+    fn c(&self) -> &FuseClient {
+        self.client.as_ref().expect("a guest")
+    }
+
+    /// Saves on the source and moves the guest to the destination.
+    fn migrate(&mut self) {
+        let saved = self.c().guest().save_state().expect("save");
+        self.migrate_with(&saved).expect("load");
+    }
+
+    /// Moves the guest to the destination with `saved`; on a refused load the guest is gone.
+    fn migrate_with(&mut self, saved: &SavedState) -> std::io::Result<()> {
+        let old = self.client.take().expect("a guest");
+        let (queue, flags) = (old.queue(), old.flags());
+        let guest = Arc::clone(old.guest());
+        drop(old);
+        let moved = TestGuest::migrate(guest, &self.dest_socket, saved)?;
+        self.client = Some(FuseClient::resumed(Arc::new(moved), queue, flags));
+        Ok(())
+    }
+}
+
+/// What the guest holds before the switch-over, in `dir/` of the share.
+struct Held {
+    dir: EntryOut,
+    file: EntryOut,
+    fh: u64,
+    dir_fh: u64,
+    /// READDIR of `dir` from the start, before.
+    listing: Vec<Vec<u8>>,
+}
+
+fn hold(c: &FuseClient, shared: &TempDir) -> Held {
+    fs::create_dir(shared.join("dir")).unwrap();
+    for i in 0..40 {
+        fs::write(shared.join(&format!("dir/f{i:02}")), b"").unwrap();
+    }
+    fs::write(shared.join("dir/data"), b"0123456789").unwrap();
+    let dir = c.lookup(1, "dir").unwrap();
+    let file = c.lookup(dir.nodeid, "data").unwrap();
+    // Two lookups of the file: FORGET of both must work after the move.
+    c.lookup(dir.nodeid, "data").unwrap();
+    let fh = c.open(file.nodeid, RDWR).unwrap().fh;
+    assert_eq!(c.write(file.nodeid, fh, 10, b"abc").unwrap(), 3);
+    let dir_fh = c.opendir(dir.nodeid, 0).unwrap().fh;
+    let listing = names(&c.readdir(dir.nodeid, dir_fh, 0, 64 * 1024).unwrap());
+    assert_eq!(listing.len(), 43);
+    Held {
+        dir,
+        file,
+        fh,
+        dir_fh,
+        listing,
+    }
+}
+
+fn names(entries: &[common::fuse_client::DirEntry]) -> Vec<Vec<u8>> {
+    entries.iter().map(|e| e.name.clone()).collect()
+}
+
+/// Everything `held` had works on the destination, as on the source.
+fn check_held(p: &Pair, held: &Held) {
+    let c = p.c();
+    assert_eq!(
+        c.read(held.file.nodeid, held.fh, 0, 100).unwrap(),
+        b"0123456789abc"
+    );
+    assert_eq!(c.write(held.file.nodeid, held.fh, 13, b"def").unwrap(), 3);
+    assert_eq!(
+        fs::read(p.shared.join("dir/data")).unwrap(),
+        b"0123456789abcdef"
+    );
+    let attr = c.getattr(held.file.nodeid, None).unwrap().attr;
+    assert_eq!((attr.ino, attr.size), (held.file.attr.ino, 16));
+    assert_eq!(
+        c.getattr(held.dir.nodeid, None).unwrap().attr.ino,
+        held.dir.attr.ino
+    );
+    // LOOKUP finds the same node IDs.
+    assert_eq!(c.lookup(1, "dir").unwrap().nodeid, held.dir.nodeid);
+    assert_eq!(
+        c.lookup(held.dir.nodeid, "data").unwrap().nodeid,
+        held.file.nodeid
+    );
+    // READDIR on the directory handle from before, from the start and from the middle.
+    let all = c
+        .readdir(held.dir.nodeid, held.dir_fh, 0, 64 * 1024)
+        .unwrap();
+    assert_eq!(names(&all), held.listing);
+    let rest = c
+        .readdir(held.dir.nodeid, held.dir_fh, all[9].off, 64 * 1024)
+        .unwrap();
+    assert_eq!(names(&rest), held.listing[10..]);
+    // The lookup counts came along: 2 taken before + 1 now on the file, 1 + 1 on the dir.
+    c.forget(held.file.nodeid, 2);
+    assert!(c.getattr(held.file.nodeid, None).is_ok());
+    c.forget(held.file.nodeid, 1);
+    c.forget(held.dir.nodeid, 2);
+    c.release(held.file.nodeid, held.fh, 0).unwrap();
+    c.releasedir(held.dir.nodeid, held.dir_fh).unwrap();
+    // Forgotten: the node IDs are gone (a round trip first, FORGET has no reply).
+    assert!(c.getattr(1, None).is_ok());
+    assert_eq!(c.getattr(held.file.nodeid, None).err(), Some(libc::EBADF));
+    assert_eq!(c.getattr(held.dir.nodeid, None).err(), Some(libc::EBADF));
+    // New node IDs and fhs do not collide with the old ones.
+    let again = c.lookup(1, "dir").unwrap();
+    assert_ne!(again.nodeid, held.file.nodeid);
+    let fh = c.opendir(again.nodeid, 0).unwrap().fh;
+    assert!(fh != held.fh && fh != held.dir_fh);
+}
+
+fn migrate_and_continue(args: &[&str]) {
+    let mut p = start(args, args);
+    let held = hold(p.c(), &p.shared);
+    p.migrate();
+    check_held(&p, &held);
+    assert!(p.dest.is_alive());
+    // The source lets go once its frontend does (QEMU quits after the switch-over).
+    drop(p.client.take());
+    let status = p
+        .source
+        .wait_exit(std::time::Duration::from_secs(10))
+        .unwrap();
+    assert!(status.is_some(), "the source daemon did not exit");
+}
+
+#[test]
+fn find_paths_migration_keeps_node_ids_and_fhs() {
+    migrate_and_continue(&["--migration-mode=find-paths"]);
+}
+
+#[test]
+fn find_paths_with_o_path_inodes() {
+    migrate_and_continue(&["--migration-mode=find-paths", "--inode-file-handles=never"]);
+}
+
+#[test]
+fn file_handles_migration_keeps_node_ids_and_fhs() {
+    migrate_and_continue(&[
+        "--migration-mode=file-handles",
+        "--inode-file-handles=mandatory",
+    ]);
+}
+
+#[test]
+fn file_handles_from_o_path_inodes() {
+    migrate_and_continue(&[
+        "--migration-mode=file-handles",
+        "--inode-file-handles=never",
+    ]);
+}
+
+#[test]
+fn migration_under_the_namespace_sandbox() {
+    for mode in [
+        "--migration-mode=find-paths",
+        "--migration-mode=file-handles",
+    ] {
+        migrate_and_continue(&[mode, "--sandbox=namespace"]);
+    }
+}
+
+/// A destination that refused `bytes` holds nothing of the source's session.
+fn refused_by_fresh_destination(p: &Pair, bytes: &[u8], held: &Held, args: &[&str]) {
+    let sock_dir = TempDir::new("mig-refused").unwrap();
+    let socket = sock_dir.join("d.sock");
+    let args = [&["--log-level=off"], args].concat();
+    let _dest = spawn_vhostfs(&socket, p.shared.path(), &args).unwrap();
+    let opts = p.c().guest().options().clone();
+    let (loaded, guest) = TestGuest::connect_after_load(&socket, &opts, bytes).unwrap();
+    assert!(
+        loaded.is_err(),
+        "a bad stream of {} bytes was loaded",
+        bytes.len()
+    );
+    let c = FuseClient::new(Arc::new(guest), 0);
+    c.init().unwrap();
+    assert_eq!(c.getattr(held.file.nodeid, None).err(), Some(libc::EBADF));
+    assert_eq!(
+        c.read(held.file.nodeid, held.fh, 0, 10).err(),
+        Some(libc::EBADF)
+    );
+    assert!(c.getattr(1, None).is_ok());
+}
+
+#[test]
+fn corrupt_and_truncated_streams_are_refused_and_the_source_goes_on() {
+    let args = ["--migration-mode=find-paths"];
+    let p = start(&args, &args);
+    let held = hold(p.c(), &p.shared);
+    let saved = p.c().guest().save_state().unwrap();
+    let n = saved.bytes.len();
+    let mut flipped = saved.bytes.clone();
+    flipped[n / 2] ^= 1;
+    let mut bad_magic = saved.bytes.clone();
+    bad_magic[0] = b'X';
+    for bad in [
+        &saved.bytes[..n / 2],
+        &saved.bytes[..n - 1],
+        &[][..],
+        &flipped[..],
+        &bad_magic[..],
+    ] {
+        refused_by_fresh_destination(&p, bad, &held, &args);
+    }
+    // The source resumes (QEMU restarts its rings) with everything the guest held.
+    p.c().guest().resume(&saved).unwrap();
+    check_held(&p, &held);
+}
