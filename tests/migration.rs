@@ -4,6 +4,10 @@
 //! streams; the error cases of docs/migration.md under both `--migration-on-error` policies.
 
 mod common;
+#[path = "migration/errors.rs"]
+mod errors;
+#[path = "migration/numbers.rs"]
+mod numbers;
 
 use std::fs;
 use std::path::Path;
@@ -14,6 +18,8 @@ use common::{spawn_vhostfs, Daemon, FuseClient, SavedState, TempDir, TestGuest};
 
 const MIB: usize = 1 << 20;
 const RDWR: u32 = libc::O_RDWR as u32;
+/// Files in the directory the guest holds open.
+const FILES: usize = 300;
 
 /// A source daemon with a guest on it, and a destination daemon waiting, on one share.
 struct Pair {
@@ -80,6 +86,16 @@ impl Pair {
     }
 }
 
+/// Whether the destination refuses `saved` (a load attempted on a second connection: the
+/// source's guest stays where it is, to be resumed).
+fn refused_load(p: &Pair, saved: &SavedState) -> bool {
+    let opts = p.c().guest().options().clone();
+    match TestGuest::connect_after_load(&p.dest_socket, &opts, &saved.bytes) {
+        Ok((loaded, _guest)) => loaded.is_err(),
+        Err(e) => panic!("cannot reach the destination: {e}"),
+    }
+}
+
 /// What the guest holds before the switch-over, in `dir/` of the share.
 struct Held {
     dir: EntryOut,
@@ -88,12 +104,19 @@ struct Held {
     dir_fh: u64,
     /// READDIR of `dir` from the start, before.
     listing: Vec<Vec<u8>>,
+    /// The offset after the last entry.
+    end: u64,
 }
 
 fn hold(c: &FuseClient, shared: &TempDir) -> Held {
     fs::create_dir(shared.join("dir")).unwrap();
-    for i in 0..40 {
-        fs::write(shared.join(&format!("dir/f{i:02}")), b"").unwrap();
+    // Enough entries for an indexed (htree) ext4 directory: more than one block.
+    for i in 0..FILES {
+        fs::write(
+            shared.join(&format!("dir/a-file-with-a-longer-name-{i:03}")),
+            b"",
+        )
+        .unwrap();
     }
     fs::write(shared.join("dir/data"), b"0123456789").unwrap();
     let dir = c.lookup(1, "dir").unwrap();
@@ -103,14 +126,21 @@ fn hold(c: &FuseClient, shared: &TempDir) -> Held {
     let fh = c.open(file.nodeid, RDWR).unwrap().fh;
     assert_eq!(c.write(file.nodeid, fh, 10, b"abc").unwrap(), 3);
     let dir_fh = c.opendir(dir.nodeid, 0).unwrap().fh;
-    let listing = names(&c.readdir(dir.nodeid, dir_fh, 0, 64 * 1024).unwrap());
-    assert_eq!(listing.len(), 43);
+    let entries = c.readdir(dir.nodeid, dir_fh, 0, 64 * 1024).unwrap();
+    let listing = names(&entries);
+    assert_eq!(listing.len(), FILES + 3);
+    let end = entries.last().unwrap().off;
+    assert!(c
+        .readdir(dir.nodeid, dir_fh, end, 64 * 1024)
+        .unwrap()
+        .is_empty());
     Held {
         dir,
         file,
         fh,
         dir_fh,
         listing,
+        end,
     }
 }
 
@@ -187,6 +217,17 @@ fn migrate_and_continue(args: &[&str]) {
 #[test]
 fn find_paths_migration_keeps_node_ids_and_fhs() {
     migrate_and_continue(&["--migration-mode=find-paths"]);
+}
+
+// KubeVirt's command line (virt-controller services/virtiofs.go).
+#[test]
+fn kubevirt_options_migrate() {
+    migrate_and_continue(&[
+        "--sandbox=none",
+        "--cache=auto",
+        "--migration-on-error=guest-error",
+        "--migration-mode=find-paths",
+    ]);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use super::super::sys;
 use super::super::sys::fd as sysfd;
 use super::super::PassthroughFs;
 use super::paths::Walker;
-use super::{invalid_data, Decoder, HandleRecord, InodeRecord, Location, OnError, TAG};
+use super::{invalid_data, Decoder, HandleRecord, InodeRecord, Location, OnError, Section, TAG};
 use super::{HANDLE_MIN, INODE_MIN, LOC_HANDLE, LOC_INVALID, LOC_PATH};
 
 /// A state re-opened and ready to install ([`PassthroughFs::install`]).
@@ -37,16 +37,17 @@ struct Prepared {
 const NOT_REOPENED: i32 =
     libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY | libc::O_APPEND;
 
-/// The filesystem's section as read, before anything is opened.
-struct Decoded {
-    mounts: Vec<Vec<u8>>,
-    inodes: Vec<InodeRecord>,
-    next_fh: u64,
-    handles: Vec<HandleRecord>,
+fn handle(dec: &mut Decoder, what: &str) -> io::Result<Option<(i32, Vec<u8>)>> {
+    match dec.u8()? {
+        0 => Ok(None),
+        1 => Ok(Some((dec.i32()?, dec.bytes()?.to_vec()))),
+        t => Err(invalid_data(format!("{what}: handle flag {t}"))),
+    }
 }
 
-fn decode(dec: &mut Decoder) -> io::Result<Decoded> {
+fn decode(dec: &mut Decoder) -> io::Result<Section> {
     dec.tag(TAG)?;
+    let root = handle(dec, "root")?;
     let n = dec.count(8)?;
     let mut mounts = Vec::with_capacity(n);
     for _ in 0..n {
@@ -78,11 +79,7 @@ fn decode(dec: &mut Decoder) -> io::Result<Decoded> {
             }
             t => return Err(invalid_data(format!("node {nodeid}: location type {t}"))),
         };
-        let check = match dec.u8()? {
-            0 => None,
-            1 => Some((dec.i32()?, dec.bytes()?.to_vec())),
-            t => return Err(invalid_data(format!("node {nodeid}: check flag {t}"))),
-        };
+        let check = handle(dec, &format!("node {nodeid}"))?;
         inodes.push(InodeRecord {
             nodeid,
             lookups,
@@ -113,7 +110,8 @@ fn decode(dec: &mut Decoder) -> io::Result<Decoded> {
             dir,
         });
     }
-    Ok(Decoded {
+    Ok(Section {
+        root,
         mounts,
         inodes,
         next_fh,
@@ -125,7 +123,8 @@ impl PassthroughFs {
     /// Reads the filesystem's section from `dec` and re-opens everything it describes, per
     /// `--migration-on-error`; changes nothing in the tables (see [`Self::install`]).
     pub fn prepare_load(&self, dec: &mut Decoder) -> io::Result<Loaded> {
-        let Decoded {
+        let Section {
+            root: source_root,
             mounts,
             inodes: records,
             next_fh,
@@ -134,6 +133,16 @@ impl PassthroughFs {
         let on_error = self.cfg.migration.on_error;
         let root = self.inodes.get(ROOT_ID)?;
         let root_fd = self.path_fd(&root)?;
+        let share_differs = source_root.is_some_and(|(t, b)| {
+            sys::handle::name_to_handle_at(root_fd.as_fd(), c"")
+                .map_or(true, |here| here.handle_type != t || here.bytes != b)
+        });
+        if share_differs && on_error == OnError::Abort && !records.is_empty() {
+            return Err(io::Error::other(
+                "the share is not the source's (their root directories' file handles differ) \
+                 (--migration-on-error=abort)",
+            ));
+        }
         let mut walker = Walker::new(root_fd.as_fd());
         let mount_fds: Vec<Result<OwnedFd, String>> = mounts
             .iter()
@@ -151,7 +160,12 @@ impl PassthroughFs {
         let mut lost_inodes = 0;
         for i in order {
             let r = &records[i];
-            let inode = match self.reopen(&mut walker, &mount_fds, r) {
+            let reopened = if share_differs {
+                Err("the share is not the source's (root file handles differ)".to_string())
+            } else {
+                self.reopen(&mut walker, &mount_fds, r)
+            };
+            let inode = match reopened {
                 Ok(inode) => inode,
                 Err(why) => {
                     let what = describe(r);

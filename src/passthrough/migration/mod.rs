@@ -132,6 +132,21 @@ struct HandleRecord {
     dir: bool,
 }
 
+/// The filesystem's section of the stream.
+#[derive(Debug, Default)]
+struct Section {
+    /// The share root's file handle (`file-handles`, `--migration-verify-handles`): the
+    /// destination refuses to open the source's inodes in a share that is not the source's.
+    root: Option<(i32, Vec<u8>)>,
+    /// Paths in the share of one inode per mount (`file-handles`), by [`Location::Handle`]'s
+    /// `mount`.
+    mounts: Vec<Vec<u8>>,
+    inodes: Vec<InodeRecord>,
+    /// The next fh the source would have handed out.
+    next_fh: u64,
+    handles: Vec<HandleRecord>,
+}
+
 /// Smallest encoding of an inode and a handle record (to bound counts, see [`Decoder::count`]).
 const INODE_MIN: usize = 8 + 8 + 4 + 8 + 1 + 8 + 1;
 const HANDLE_MIN: usize = 8 + 8 + 4 + 1;

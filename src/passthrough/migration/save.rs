@@ -9,7 +9,7 @@ use super::super::inode_table::{Inode, InodeFd, InodeKey, InodeSource, ROOT_ID};
 use super::super::sys;
 use super::super::PassthroughFs;
 use super::paths::{self, Walker};
-use super::{Encoder, HandleRecord, InodeRecord, Location, MigrationMode, TAG};
+use super::{Encoder, HandleRecord, InodeRecord, Location, MigrationMode, Section, TAG};
 use super::{LOC_HANDLE, LOC_INVALID, LOC_PATH};
 
 /// What a save wrote, for the log and the numbers in docs/migration.md.
@@ -97,7 +97,18 @@ impl PassthroughFs {
                 log::warn!("migration: node {} cannot be described: {why}", r.nodeid);
             }
         }
-        encode(enc, &mounts.paths, &records, &handles, next_fh);
+        let by_handle = mode == MigrationMode::FileHandles || self.cfg.migration.verify_handles;
+        let section = Section {
+            root: by_handle
+                .then(|| sys::handle::name_to_handle_at(root_fd.as_fd(), c"").ok())
+                .flatten()
+                .map(|h| (h.handle_type, h.bytes)),
+            mounts: mounts.paths,
+            inodes: records,
+            next_fh,
+            handles,
+        };
+        section.encode(enc);
         Ok(saved)
     }
 
@@ -219,59 +230,60 @@ fn same_inode(walker: &mut Walker, rel: &[u8], key: &InodeKey) -> bool {
         .is_ok_and(|st| InodeKey::of(&st) == *key)
 }
 
-fn encode(
-    enc: &mut Encoder,
-    mounts: &[Vec<u8>],
-    inodes: &[InodeRecord],
-    handles: &[HandleRecord],
-    next_fh: u64,
-) {
-    enc.tag(TAG);
-    enc.u64(mounts.len() as u64);
-    for m in mounts {
-        enc.bytes(m);
-    }
-    enc.u64(inodes.len() as u64);
-    for r in inodes {
-        enc.u64(r.nodeid);
-        enc.u64(r.lookups);
-        enc.u32(r.kind);
-        enc.u64(r.generation);
-        match &r.location {
-            Location::Invalid(why) => {
-                enc.u8(LOC_INVALID);
-                enc.bytes(why.as_bytes());
-            }
-            Location::Path(p) => {
-                enc.u8(LOC_PATH);
-                enc.bytes(p);
-            }
-            Location::Handle {
-                mount,
-                handle_type,
-                bytes,
-            } => {
-                enc.u8(LOC_HANDLE);
-                enc.u32(*mount);
-                enc.i32(*handle_type);
-                enc.bytes(bytes);
-            }
+fn handle(enc: &mut Encoder, h: &Option<(i32, Vec<u8>)>) {
+    match h {
+        Some((t, b)) => {
+            enc.u8(1);
+            enc.i32(*t);
+            enc.bytes(b);
         }
-        match &r.check {
-            Some((t, b)) => {
-                enc.u8(1);
-                enc.i32(*t);
-                enc.bytes(b);
-            }
-            None => enc.u8(0),
-        }
+        None => enc.u8(0),
     }
-    enc.u64(next_fh);
-    enc.u64(handles.len() as u64);
-    for h in handles {
-        enc.u64(h.fh);
-        enc.u64(h.nodeid);
-        enc.i32(h.flags);
-        enc.u8(u8::from(h.dir));
+}
+
+impl Section {
+    fn encode(&self, enc: &mut Encoder) {
+        enc.tag(TAG);
+        handle(enc, &self.root);
+        enc.u64(self.mounts.len() as u64);
+        for m in &self.mounts {
+            enc.bytes(m);
+        }
+        enc.u64(self.inodes.len() as u64);
+        for r in &self.inodes {
+            enc.u64(r.nodeid);
+            enc.u64(r.lookups);
+            enc.u32(r.kind);
+            enc.u64(r.generation);
+            match &r.location {
+                Location::Invalid(why) => {
+                    enc.u8(LOC_INVALID);
+                    enc.bytes(why.as_bytes());
+                }
+                Location::Path(p) => {
+                    enc.u8(LOC_PATH);
+                    enc.bytes(p);
+                }
+                Location::Handle {
+                    mount,
+                    handle_type,
+                    bytes,
+                } => {
+                    enc.u8(LOC_HANDLE);
+                    enc.u32(*mount);
+                    enc.i32(*handle_type);
+                    enc.bytes(bytes);
+                }
+            }
+            handle(enc, &r.check);
+        }
+        enc.u64(self.next_fh);
+        enc.u64(self.handles.len() as u64);
+        for h in &self.handles {
+            enc.u64(h.fh);
+            enc.u64(h.nodeid);
+            enc.i32(h.flags);
+            enc.u8(u8::from(h.dir));
+        }
     }
 }
