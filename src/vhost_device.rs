@@ -222,8 +222,17 @@ impl VhostFsBackend {
             }
             self.drain(vring, &atomic, event_idx, queue, true)?;
             // With EVENT_IDX, re-enable notifications and look again: the guest may have added
-            // chains after the last pop and before it saw notifications enabled.
-            if !event_idx || !vring.enable_notification().map_err(io::Error::other)? {
+            // chains after the last pop and before it saw notifications enabled. Not on a
+            // queue the frontend stopped meanwhile (GET_VRING_BASE): its ring is no longer
+            // ours to write (after a migration the destination's `avail_event` is there), and
+            // it pops nothing, so "look again" would spin.
+            if !event_idx {
+                return Ok(());
+            }
+            let mut state = vring.get_mut();
+            if !state.get_queue().ready()
+                || !state.enable_notification().map_err(io::Error::other)?
+            {
                 return Ok(());
             }
         }

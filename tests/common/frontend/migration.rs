@@ -55,6 +55,16 @@ fn load(fe: &Frontend, bytes: &[u8]) -> io::Result<()> {
     written.and(checked)
 }
 
+/// Kicks every queue once, as QEMU's fresh host notifiers are (created signalled) when it
+/// starts a vhost device: requests the guest added without kicking (it was told not to by an
+/// `avail_event` the stopped device wrote last) are seen.
+fn kick_all(queues: &[&VirtQueue]) -> io::Result<()> {
+    for q in queues {
+        q.kick_fd().write(1)?;
+    }
+    Ok(())
+}
+
 impl TestGuest {
     /// Stops every ring and saves the daemon's state. The daemon keeps everything open; it
     /// serves again after [`TestGuest::resume`] (a failed migration).
@@ -100,7 +110,8 @@ impl TestGuest {
             &refs,
             &saved.bases,
             self.features,
-        )
+        )?;
+        kick_all(&refs)
     }
 
     /// Moves the guest to the daemon listening at `socket` (another vhostfs on the same share):
@@ -122,6 +133,7 @@ impl TestGuest {
             .collect();
         let refs: Vec<&VirtQueue> = queues.iter().collect();
         Self::start_rings_of(&mut fe, &guest.mem, &refs, &saved.bases, features)?;
+        kick_all(&refs)?;
         drop(refs);
         Ok(TestGuest {
             frontend: Mutex::new(fe),
