@@ -314,3 +314,32 @@ fn corrupt_and_truncated_streams_are_refused_and_the_source_goes_on() {
     p.c().guest().resume(&saved).unwrap();
     check_held(&p, &held);
 }
+
+// The INIT answer comes along: under `--writeback` on both daemons, a session that negotiated
+// FUSE_WRITEBACK_CACHE gets its O_WRONLY opens widened on the destination (the guest's page
+// cache reads through them), and one that did not, does not (READ on it is EBADF).
+#[test]
+fn the_negotiated_init_flags_come_along() {
+    use common::fuse_abi::{FUSE_WRITEBACK_CACHE, LINUX_6_12_VIRTIOFS_INIT_FLAGS};
+    for writeback in [true, false] {
+        let args = ["--writeback"];
+        let mut p = start(&args, &args);
+        if !writeback {
+            let c = p.c().on_queue(0);
+            c.init_with(LINUX_6_12_VIRTIOFS_INIT_FLAGS & !FUSE_WRITEBACK_CACHE)
+                .unwrap();
+            p.client = Some(c);
+        }
+        assert_eq!(p.c().flags() & FUSE_WRITEBACK_CACHE != 0, writeback);
+        fs::write(p.shared.join("f"), b"abc").unwrap();
+        let e = p.c().lookup(1, "f").unwrap();
+        p.migrate();
+        let fh = p.c().open(e.nodeid, libc::O_WRONLY as u32).unwrap().fh;
+        let read = p.c().read(e.nodeid, fh, 0, 3);
+        if writeback {
+            assert_eq!(read.unwrap(), b"abc");
+        } else {
+            assert_eq!(read.err(), Some(libc::EBADF));
+        }
+    }
+}
