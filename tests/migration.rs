@@ -106,6 +106,7 @@ struct Held {
     listing: Vec<Vec<u8>>,
     /// The offset after the last entry.
     end: u64,
+    root_fh: u64,
 }
 
 fn hold(c: &FuseClient, shared: &TempDir) -> Held {
@@ -126,6 +127,8 @@ fn hold(c: &FuseClient, shared: &TempDir) -> Held {
     let fh = c.open(file.nodeid, RDWR).unwrap().fh;
     assert_eq!(c.write(file.nodeid, fh, 10, b"abc").unwrap(), 3);
     let dir_fh = c.opendir(dir.nodeid, 0).unwrap().fh;
+    // The root open too (`ls /`): its fh comes along.
+    let root_fh = c.opendir(1, 0).unwrap().fh;
     let entries = c.readdir(dir.nodeid, dir_fh, 0, 64 * 1024).unwrap();
     let listing = names(&entries);
     assert_eq!(listing.len(), FILES + 3);
@@ -141,6 +144,7 @@ fn hold(c: &FuseClient, shared: &TempDir) -> Held {
         dir_fh,
         listing,
         end,
+        root_fh,
     }
 }
 
@@ -194,6 +198,9 @@ fn check_held(p: &Pair, held: &Held) {
     c.forget(held.dir.nodeid, 2);
     c.release(held.file.nodeid, held.fh, 0).unwrap();
     c.releasedir(held.dir.nodeid, held.dir_fh).unwrap();
+    let top = names(&c.readdir(1, held.root_fh, 0, 4096).unwrap());
+    assert!(top.contains(&b"dir".to_vec()), "{top:?}");
+    c.releasedir(1, held.root_fh).unwrap();
     // Forgotten: the node IDs are gone (a round trip first, FORGET has no reply).
     assert!(c.getattr(1, None).is_ok());
     assert_eq!(c.getattr(held.file.nodeid, None).err(), Some(libc::EBADF));

@@ -175,7 +175,9 @@ impl PassthroughFs {
                             r.nodeid
                         )));
                     }
-                    log::warn!("migration: node {} ({what}) is lost: {why}", r.nodeid);
+                    if lost_inodes < super::LOGGED {
+                        log::warn!("migration: node {} ({what}) is lost: {why}", r.nodeid);
+                    }
                     lost_inodes += 1;
                     let key = InodeKey {
                         ino: r.nodeid,
@@ -206,7 +208,8 @@ impl PassthroughFs {
                     )))
                 }
                 Err(e) => {
-                    if !matches!(inode.source, InodeSource::Invalid) {
+                    if !matches!(inode.source, InodeSource::Invalid) && lost_handles < super::LOGGED
+                    {
                         log::warn!("migration: fh {} of node {} is lost: {e}", h.fh, h.nodeid);
                     }
                     lost_handles += 1;

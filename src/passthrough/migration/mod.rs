@@ -86,6 +86,10 @@ impl Default for MigrationConfig {
     }
 }
 
+/// Inodes (and fhs) without a location, or lost, logged one by one at most; the rest are
+/// counted in the summary line.
+const LOGGED: usize = 10;
+
 /// The section tag of the filesystem's state.
 const TAG: &[u8; 4] = b"PTFS";
 

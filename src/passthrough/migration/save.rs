@@ -92,10 +92,12 @@ impl PassthroughFs {
                 .filter(|r| matches!(r.location, Location::Invalid(_)))
                 .count(),
         };
-        for r in records.iter() {
-            if let Location::Invalid(why) = &r.location {
-                log::warn!("migration: node {} cannot be described: {why}", r.nodeid);
-            }
+        let invalid = records.iter().filter_map(|r| match &r.location {
+            Location::Invalid(why) => Some((r.nodeid, why)),
+            _ => None,
+        });
+        for (nodeid, why) in invalid.take(super::LOGGED) {
+            log::warn!("migration: node {nodeid} cannot be described: {why}");
         }
         let by_handle = mode == MigrationMode::FileHandles || self.cfg.migration.verify_handles;
         let section = Section {
