@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
+use super::super::file_handle::FileHandle;
 use super::super::handle_table::OpenFile;
 use super::super::inode_table::{Inode, InodeKey, InodeSource, ROOT_ID};
 use super::super::sys;
@@ -305,6 +306,25 @@ impl PassthroughFs {
             }
         }
         let key = InodeKey::of(&st);
+        // The handle it was opened by is this daemon's handle of it too (same filesystem):
+        // kept without asking for it again.
+        if let (
+            Location::Handle {
+                handle_type, bytes, ..
+            },
+            true,
+        ) = (&r.location, self.use_handles)
+        {
+            let mnt = u64::from(key.mnt_id);
+            if self
+                .mounts
+                .ensure(mnt, fd.as_fd(), kind, self.proc_self_fd.as_fd())
+                .is_ok()
+            {
+                let h = FileHandle::new(*handle_type, bytes);
+                return Ok(Inode::new(key, kind, InodeSource::Handle(h)));
+            }
+        }
         let (source, _) = self
             .source_for(fd, kind, u64::from(key.mnt_id), c"a migrated inode")
             .map_err(|e| format!("cannot keep it: {e}"))?;
