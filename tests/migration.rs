@@ -264,13 +264,18 @@ fn file_handles_from_o_path_inodes() {
     ]);
 }
 
+// The tests run under the default `--sandbox=namespace` (share as `/`, /proc of the
+// namespace, seccomp, Landlock); under `chroot` the share is `/` too, without a sandbox the
+// paths are the host's.
 #[test]
-fn migration_under_the_namespace_sandbox() {
-    for mode in [
-        "--migration-mode=find-paths",
-        "--migration-mode=file-handles",
-    ] {
-        migrate_and_continue(&[mode, "--sandbox=namespace"]);
+fn migration_under_chroot_and_without_a_sandbox() {
+    for sandbox in ["--sandbox=chroot", "--sandbox=none"] {
+        for mode in [
+            "--migration-mode=find-paths",
+            "--migration-mode=file-handles",
+        ] {
+            migrate_and_continue(&[mode, sandbox]);
+        }
     }
 }
 
