@@ -1,7 +1,8 @@
 //! Capabilities: keep only what serving FUSE requests needs (`--modcaps` adjusts the set).
 //!
 //! The default set is virtiofsd's: CHOWN, DAC_OVERRIDE, FOWNER, FSETID, SETGID, SETUID, MKNOD,
-//! SETFCAP, plus DAC_READ_SEARCH when inodes are referenced by file handles
+//! SETFCAP, plus DAC_READ_SEARCH when inodes are referenced by file handles (or a
+//! `--migration-mode=file-handles` destination opens the source's, see `daemon.rs`)
 //! (`open_by_handle_at` needs it). `--modcaps=+a:-b` adds or removes capabilities, with
 //! virtiofsd's syntax (names case-insensitive, with or without `cap_`).
 //!
