@@ -4,6 +4,7 @@
 //! stopped the queues (source) or has not started them (destination).
 
 use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -17,12 +18,23 @@ impl FuseServer {
     /// Writes the session's state to `w`; returns its size in bytes. The session goes on
     /// unchanged (a failed migration resumes here).
     pub fn save_state(&self, w: &mut dyn Write) -> io::Result<usize> {
+        self.save_state_with_fds(w, None)
+    }
+
+    /// [`Self::save_state`] for an in-place upgrade: with `fds`, every inode and open file is
+    /// handed over as an fd pushed there, which the stream names by number (the new process
+    /// gets them with it: nothing is looked up again).
+    pub fn save_state_with_fds(
+        &self,
+        w: &mut dyn Write,
+        fds: Option<&mut Vec<OwnedFd>>,
+    ) -> io::Result<usize> {
         let start = Instant::now();
         let mut enc = Encoder::default();
         enc.tag(TAG);
         enc.u8(u8::from(self.initialized.load(Ordering::Acquire)));
         enc.u64(self.negotiated.load(Ordering::Acquire));
-        let saved = self.fs.save_state(&mut enc)?;
+        let saved = self.fs.save_state(&mut enc, fds)?;
         let n = enc.finish(w)?;
         log::info!(
             "migration: saved {} inodes ({} without a location) and {} open files, {n} bytes, \
@@ -38,6 +50,12 @@ impl FuseServer {
     /// Reads a state that [`Self::save_state`] wrote from `r` (to EOF) and installs it, in
     /// place of whatever this session held; on any error nothing changes.
     pub fn load_state(&self, r: &mut dyn Read) -> io::Result<()> {
+        self.load_state_with_fds(r, Vec::new())
+    }
+
+    /// [`Self::load_state`] of a stream [`Self::save_state_with_fds`] wrote, with its `fds` in
+    /// order (those the state does not take are closed).
+    pub fn load_state_with_fds(&self, r: &mut dyn Read, fds: Vec<OwnedFd>) -> io::Result<()> {
         let start = Instant::now();
         let body = read_envelope(r)?;
         let mut dec = Decoder::new(&body);
@@ -53,7 +71,7 @@ impl FuseServer {
             }
         };
         let flags = dec.u64()?;
-        let loaded = self.fs.prepare_load(&mut dec)?;
+        let loaded = self.fs.prepare_load(&mut dec, fds)?;
         dec.end()?;
         let (lost_inodes, lost_handles) = (loaded.lost_inodes, loaded.lost_handles);
         self.initialized.store(false, Ordering::Release);

@@ -14,7 +14,7 @@ use super::super::sys::fd as sysfd;
 use super::super::PassthroughFs;
 use super::paths::Walker;
 use super::{invalid_data, Decoder, HandleRecord, InodeRecord, Location, OnError, Section, TAG};
-use super::{HANDLE_MIN, INODE_MIN, LOC_HANDLE, LOC_INVALID, LOC_PATH};
+use super::{HANDLE_MIN, INODE_MIN, LOC_FD, LOC_HANDLE, LOC_INVALID, LOC_PATH};
 
 /// A state re-opened and ready to install ([`PassthroughFs::install`]).
 pub struct Loaded {
@@ -65,6 +65,7 @@ fn decode(dec: &mut Decoder) -> io::Result<Section> {
         let location = match dec.u8()? {
             LOC_INVALID => Location::Invalid(String::from_utf8_lossy(dec.bytes()?).into_owned()),
             LOC_PATH => Location::Path(dec.bytes()?.to_vec()),
+            LOC_FD => Location::Fd(dec.u32()?),
             LOC_HANDLE => {
                 let mount = dec.u32()?;
                 if mount as usize >= mounts.len() {
@@ -101,6 +102,11 @@ fn decode(dec: &mut Decoder) -> io::Result<Section> {
             1 => true,
             t => return Err(invalid_data(format!("fh {fh}: kind {t}"))),
         };
+        let fd = match dec.u8()? {
+            0 => None,
+            1 => Some(dec.u32()?),
+            t => return Err(invalid_data(format!("fh {fh}: fd flag {t}"))),
+        };
         if fh == 0 || !fhs.insert(fh) || !(ids.contains(&nodeid) || nodeid == ROOT_ID) {
             return Err(invalid_data(format!("bad fh {fh} (node {nodeid})")));
         }
@@ -109,6 +115,7 @@ fn decode(dec: &mut Decoder) -> io::Result<Section> {
             nodeid,
             flags,
             dir,
+            fd,
         });
     }
     Ok(Section {
@@ -122,8 +129,10 @@ fn decode(dec: &mut Decoder) -> io::Result<Section> {
 
 impl PassthroughFs {
     /// Reads the filesystem's section from `dec` and re-opens everything it describes, per
-    /// `--migration-on-error`; changes nothing in the tables (see [`Self::install`]).
-    pub fn prepare_load(&self, dec: &mut Decoder) -> io::Result<Loaded> {
+    /// `--migration-on-error`; changes nothing in the tables (see [`Self::install`]). `fds`
+    /// are the fds the stream names by number (an in-place upgrade; else none).
+    pub fn prepare_load(&self, dec: &mut Decoder, fds: Vec<OwnedFd>) -> io::Result<Loaded> {
+        let mut fds: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
         let Section {
             root: source_root,
             mounts,
@@ -164,7 +173,7 @@ impl PassthroughFs {
             let reopened = if share_differs {
                 Err("the share is not the source's (root file handles differ)".to_string())
             } else {
-                self.reopen(&mut walker, &mount_fds, r)
+                self.reopen(&mut walker, &mount_fds, &mut fds, r)
             };
             let inode = match reopened {
                 Ok(inode) => inode,
@@ -200,7 +209,7 @@ impl PassthroughFs {
         let mut lost_handles = 0;
         for h in &handle_records {
             let inode = by_id.get(&h.nodeid).copied().unwrap_or(&root);
-            let file = match self.reopen_handle(inode, h) {
+            let file = match self.reopen_handle(inode, h, &mut fds) {
                 Ok(f) => Some(f),
                 Err(e) if on_error == OnError::Abort => {
                     return Err(io::Error::other(format!(
@@ -277,9 +286,11 @@ impl PassthroughFs {
         &self,
         walker: &mut Walker,
         mount_fds: &[Result<OwnedFd, String>],
+        fds: &mut [Option<OwnedFd>],
         r: &InodeRecord,
     ) -> Result<Inode, String> {
         let fd = match &r.location {
+            Location::Fd(n) => take(fds, *n).map_err(|e| e.to_string())?,
             Location::Invalid(why) => return Err(format!("the source sent no location: {why}")),
             Location::Path(p) => walker.open(p).map_err(|e| format!("cannot open it: {e}"))?,
             Location::Handle {
@@ -331,9 +342,18 @@ impl PassthroughFs {
         Ok(Inode::new(key, kind, source))
     }
 
-    /// Opens `inode` again as the source had the fh of `h` open.
-    fn reopen_handle(&self, inode: &Inode, h: &HandleRecord) -> io::Result<OpenFile> {
+    /// Opens `inode` again as the source had the fh of `h` open (or takes the fd it names).
+    fn reopen_handle(
+        &self,
+        inode: &Inode,
+        h: &HandleRecord,
+        fds: &mut [Option<OwnedFd>],
+    ) -> io::Result<OpenFile> {
         let token = self.take_token()?;
+        if let Some(n) = h.fd {
+            let file = File::from(take(fds, n)?);
+            return Ok(OpenFile::new(h.nodeid, file, h.dir, token));
+        }
         let proc_fd = self.proc_self_fd.as_fd();
         let file = if h.dir {
             let flags = libc::O_RDONLY | libc::O_DIRECTORY | (h.flags & libc::O_NOATIME);
@@ -350,10 +370,18 @@ impl PassthroughFs {
     }
 }
 
+/// The fd the stream names `n`, once.
+fn take(fds: &mut [Option<OwnedFd>], n: u32) -> io::Result<OwnedFd> {
+    fds.get_mut(n as usize)
+        .and_then(Option::take)
+        .ok_or_else(|| invalid_data(format!("fd {n}: not handed over, or named twice")))
+}
+
 fn describe(r: &InodeRecord) -> String {
     match &r.location {
         Location::Path(p) => format!("{:?}", String::from_utf8_lossy(p)),
         Location::Handle { .. } => "by file handle".into(),
+        Location::Fd(n) => format!("fd {n}"),
         Location::Invalid(_) => "no location".into(),
     }
 }

@@ -29,12 +29,16 @@
 //! Layering: this module reads and writes only the filesystem's section of the stream; the
 //! FUSE server writes the envelope and its INIT section around it (`fuse_server::migration`),
 //! the vhost-user device moves the bytes. The API works on any `Write`/`Read`, so an in-place
-//! upgrade can use it as well.
+//! upgrade can use it as well: there the fds themselves go beside the stream (every inode by an
+//! O_PATH fd, every open file by its own fd: nothing is looked up or re-opened), and the stream
+//! names them by number.
 
 pub mod codec;
 mod load;
 mod paths;
 mod save;
+#[cfg(test)]
+mod tests;
 
 use crate::option_values::option_values;
 
@@ -106,11 +110,15 @@ enum Location {
         handle_type: i32,
         bytes: Vec<u8>,
     },
+    /// An O_PATH fd of it, the stream's fd number `n` (an in-place upgrade hands the fds over
+    /// beside the stream).
+    Fd(u32),
 }
 
 const LOC_INVALID: u8 = 0;
 const LOC_PATH: u8 = 1;
 const LOC_HANDLE: u8 = 2;
+const LOC_FD: u8 = 3;
 
 /// An inode as the stream carries it.
 #[derive(Debug)]
@@ -134,6 +142,8 @@ struct HandleRecord {
     /// The status flags of the source's fd (F_GETFL: access mode, O_DIRECT, O_NOATIME, ...).
     flags: i32,
     dir: bool,
+    /// The open fd itself, as the stream's fd number (an in-place upgrade), else re-opened.
+    fd: Option<u32>,
 }
 
 /// The filesystem's section of the stream.
@@ -153,7 +163,7 @@ struct Section {
 
 /// Smallest encoding of an inode and a handle record (to bound counts, see [`Decoder::count`]).
 const INODE_MIN: usize = 8 + 8 + 4 + 8 + 1 + 8 + 1;
-const HANDLE_MIN: usize = 8 + 8 + 4 + 1;
+const HANDLE_MIN: usize = 8 + 8 + 4 + 1 + 1;
 
 fn invalid_data(what: impl Into<String>) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, what.into())

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use super::super::inode_table::{Inode, InodeFd, InodeKey, InodeSource, ROOT_ID};
@@ -10,7 +10,7 @@ use super::super::sys;
 use super::super::PassthroughFs;
 use super::paths::{self, Walker};
 use super::{Encoder, HandleRecord, InodeRecord, Location, MigrationMode, Section, TAG};
-use super::{LOC_HANDLE, LOC_INVALID, LOC_PATH};
+use super::{LOC_FD, LOC_HANDLE, LOC_INVALID, LOC_PATH};
 
 /// What a save wrote, for the log and the numbers in docs/migration.md.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,7 +33,13 @@ struct Mounts {
 impl PassthroughFs {
     /// Writes the filesystem's section of the state into `enc`. Nothing changes here: a failed
     /// migration leaves the source serving as before. Callers make sure no request runs.
-    pub fn save_state(&self, enc: &mut Encoder) -> io::Result<Saved> {
+    /// With `fds`, every inode and open file is described by an fd pushed there (an in-place
+    /// upgrade), not by a path or handle.
+    pub fn save_state(
+        &self,
+        enc: &mut Encoder,
+        mut fds: Option<&mut Vec<OwnedFd>>,
+    ) -> io::Result<Saved> {
         let mode = self.cfg.migration.mode;
         let root = self.inodes.get(ROOT_ID)?;
         let root_fd = self.path_fd(&root)?;
@@ -44,21 +50,37 @@ impl PassthroughFs {
         let mut records = Vec::with_capacity(held.len());
         let mut unresolved = HashMap::new();
         for (inode, lookups) in &held {
-            let location = match mode {
-                MigrationMode::FindPaths => match self.find_path(inode, &root_link, &mut walker) {
-                    Ok(Some(p)) => Location::Path(p),
-                    Ok(None) => {
-                        unresolved.insert(inode.key, records.len());
-                        Location::Invalid("no path found in the share".into())
+            let location = match (fds.as_deref_mut(), mode) {
+                (Some(fds), _) => match self
+                    .save_fd(inode)
+                    .and_then(|fd| fd.as_fd().try_clone_to_owned())
+                {
+                    Ok(fd) => {
+                        fds.push(fd);
+                        Location::Fd((fds.len() - 1) as u32)
                     }
-                    Err(why) => Location::Invalid(why),
+                    Err(e) => Location::Invalid(format!("no fd: {e}")),
                 },
-                MigrationMode::FileHandles => self.handle_location(inode, &root_link, &mut mounts),
+                (None, MigrationMode::FindPaths) => {
+                    match self.find_path(inode, &root_link, &mut walker) {
+                        Ok(Some(p)) => Location::Path(p),
+                        Ok(None) => {
+                            unresolved.insert(inode.key, records.len());
+                            Location::Invalid("no path found in the share".into())
+                        }
+                        Err(why) => Location::Invalid(why),
+                    }
+                }
+                (None, MigrationMode::FileHandles) => {
+                    self.handle_location(inode, &root_link, &mut mounts)
+                }
             };
-            let check = (mode == MigrationMode::FindPaths && self.cfg.migration.verify_handles)
-                .then(|| self.handle_of(inode).ok())
-                .flatten()
-                .map(|(t, b, _)| (t, b));
+            let by_path = matches!(location, Location::Path(_) | Location::Invalid(_));
+            let check =
+                (by_path && mode == MigrationMode::FindPaths && self.cfg.migration.verify_handles)
+                    .then(|| self.handle_of(inode).ok())
+                    .flatten()
+                    .map(|(t, b, _)| (t, b));
             records.push(InodeRecord {
                 nodeid: inode.nodeid,
                 lookups: *lookups,
@@ -75,15 +97,23 @@ impl PassthroughFs {
             }
         }
         let (open, next_fh) = self.handles.held();
-        let handles: Vec<HandleRecord> = open
-            .iter()
-            .map(|(fh, f)| HandleRecord {
+        let mut handles = Vec::with_capacity(open.len());
+        for (fh, f) in &open {
+            let fd = match fds.as_deref_mut() {
+                Some(fds) => {
+                    fds.push(f.file.as_fd().try_clone_to_owned()?);
+                    Some((fds.len() - 1) as u32)
+                }
+                None => None,
+            };
+            handles.push(HandleRecord {
                 fh: *fh,
                 nodeid: f.nodeid,
                 flags: sys::fd::status_flags(f.file.as_fd()).unwrap_or(libc::O_RDONLY),
                 dir: f.dir.is_some(),
-            })
-            .collect();
+                fd,
+            });
+        }
         let saved = Saved {
             inodes: records.len(),
             handles: handles.len(),
@@ -276,6 +306,10 @@ impl Section {
                     enc.i32(*handle_type);
                     enc.bytes(bytes);
                 }
+                Location::Fd(n) => {
+                    enc.u8(LOC_FD);
+                    enc.u32(*n);
+                }
             }
             handle(enc, &r.check);
         }
@@ -286,6 +320,13 @@ impl Section {
             enc.u64(h.nodeid);
             enc.i32(h.flags);
             enc.u8(u8::from(h.dir));
+            match h.fd {
+                Some(n) => {
+                    enc.u8(1);
+                    enc.u32(n);
+                }
+                None => enc.u8(0),
+            }
         }
     }
 }

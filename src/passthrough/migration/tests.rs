@@ -1,0 +1,79 @@
+//! The in-place upgrade's form of the state: every inode and open file handed over as an fd.
+
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+
+use super::*;
+use crate::passthrough::{Context, FsConfig, InodeFileHandles, PassthroughFs};
+use crate::temp_dir::TempDir;
+
+fn fs_on(dir: &TempDir, handles: InodeFileHandles) -> PassthroughFs {
+    PassthroughFs::new(FsConfig {
+        shared_dir: dir.path().to_path_buf(),
+        inode_file_handles: handles,
+        entry_timeout: std::time::Duration::from_secs(1),
+        attr_timeout: std::time::Duration::from_secs(1),
+        direct_io: false,
+        allow_direct_io: false,
+        preserve_noatime: false,
+        keep_cache: false,
+        readonly: false,
+        xattr: false,
+        announce_submounts: false,
+        fd_budget: 1000,
+        xattrmap: None,
+        ids: Default::default(),
+        fd_cache_size: crate::passthrough::fd_cache::DEFAULT_SIZE,
+        migration: MigrationConfig::default(),
+    })
+    .unwrap()
+}
+
+#[test]
+fn fds_handed_over_keep_node_ids_counts_and_open_files_even_unlinked() {
+    let ctx = Context {
+        uid: 0,
+        gid: 0,
+        pid: 1,
+    };
+    for handles in [InodeFileHandles::Never, InodeFileHandles::Prefer] {
+        let dir = TempDir::new("vhostfs-mig-fds").unwrap();
+        std::fs::create_dir(dir.join("d")).unwrap();
+        std::fs::write(dir.join("d/f"), b"hello").unwrap();
+        let old = fs_on(&dir, handles);
+        let d = old.lookup(&ctx, 1, c"d").unwrap();
+        let f = old.lookup(&ctx, d.nodeid, c"f").unwrap();
+        old.lookup(&ctx, d.nodeid, c"f").unwrap();
+        let fh = old.open(&ctx, f.nodeid, libc::O_RDWR as u32, false).unwrap().fh;
+        // Gone from every path: only an fd can hand it over.
+        std::fs::remove_file(dir.join("d/f")).unwrap();
+
+        let (mut enc, mut fds) = (Encoder::default(), Vec::new());
+        let saved = old.save_state(&mut enc, Some(&mut fds)).unwrap();
+        assert_eq!((saved.inodes, saved.handles, saved.invalid), (2, 1, 0));
+        assert_eq!(fds.len(), 3);
+        let mut bytes = Vec::new();
+        enc.finish(&mut bytes).unwrap();
+        drop(old);
+
+        let new = fs_on(&dir, handles);
+        let body = read_envelope(&mut &bytes[..]).unwrap();
+        let loaded = new.prepare_load(&mut Decoder::new(&body), fds).unwrap();
+        new.install(loaded);
+        assert_eq!(new.lookup_count(f.nodeid), 2);
+        assert_eq!(new.lookup_count(d.nodeid), 1);
+        let mut data = String::new();
+        new.with_file(fh, |file| {
+            file.write_at(b"HE", 0)?;
+            let mut copy = file.try_clone()?;
+            std::io::Seek::rewind(&mut copy)?;
+            copy.read_to_string(&mut data)
+        })
+        .unwrap();
+        assert_eq!(data, "HEllo");
+        assert_eq!(new.getattr(&ctx, f.nodeid, None).unwrap().st.stx_nlink, 0);
+        // A stream naming an fd that was not handed over is refused.
+        let again = new.prepare_load(&mut Decoder::new(&body), Vec::new());
+        assert!(again.is_err());
+    }
+}
