@@ -222,10 +222,9 @@ impl VhostFsBackend {
             }
             self.drain(vring, &atomic, event_idx, queue, true)?;
             // With EVENT_IDX, re-enable notifications and look again: the guest may have added
-            // chains after the last pop and before it saw notifications enabled. Not on a
-            // queue the frontend stopped meanwhile (GET_VRING_BASE): its ring is no longer
-            // ours to write (after a migration the destination's `avail_event` is there), and
-            // it pops nothing, so "look again" would spin.
+            // chains after the last pop and before it saw notifications enabled. Not once the
+            // frontend stopped the queue (GET_VRING_BASE): the ring is not ours to write (a
+            // migration's destination may serve it) and pops nothing ("look again" would spin).
             if !event_idx {
                 return Ok(());
             }
