@@ -44,7 +44,10 @@ fn fds_handed_over_keep_node_ids_counts_and_open_files_even_unlinked() {
         let d = old.lookup(&ctx, 1, c"d").unwrap();
         let f = old.lookup(&ctx, d.nodeid, c"f").unwrap();
         old.lookup(&ctx, d.nodeid, c"f").unwrap();
-        let fh = old.open(&ctx, f.nodeid, libc::O_RDWR as u32, false).unwrap().fh;
+        let fh = old
+            .open(&ctx, f.nodeid, libc::O_RDWR as u32, false)
+            .unwrap()
+            .fh;
         // Gone from every path: only an fd can hand it over.
         std::fs::remove_file(dir.join("d/f")).unwrap();
 
