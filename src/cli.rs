@@ -26,12 +26,14 @@ mod cache_mode;
 mod compat;
 mod metrics;
 mod options;
+mod upgrade;
 
 pub use cache_mode::CacheMode;
 
 use compat::Effective;
 pub use metrics::{MetricsAddr, StatsTarget};
 use options::Opt;
+pub use upgrade::{UpgradeDaemon, UpgradeTarget};
 
 /// Maximum length in bytes of `--tag` (the size of the tag field of the virtio-fs config space).
 pub const MAX_TAG_LEN: usize = 36;
@@ -45,6 +47,8 @@ pub enum Action {
     PrintCapabilities,
     /// `vhostfs stats ...`: print the metrics of a running daemon as a table.
     Stats(StatsTarget),
+    /// `vhostfs upgrade ...`: hand a running daemon over to a new process of its binary.
+    Upgrade(UpgradeTarget),
     /// Print `text` and exit with `code`: `--help`, `--version`, or the help shown when no
     /// argument is given. `text` goes to stderr when `stderr` is true, else to stdout.
     Exit {
@@ -285,6 +289,10 @@ pub fn parse_args<I: IntoIterator<Item = OsString>>(args: I) -> Result<Action, C
         return metrics::parse_stats(args)
             .map(Action::Stats)
             .or_else(clap_exit);
+    }
+    if args.get(1).is_some_and(|a| a == "upgrade") {
+        args.remove(0);
+        return upgrade::parse(args).map(Action::Upgrade).or_else(clap_exit);
     }
     let matches = match Opt::command().try_get_matches_from(args) {
         Ok(m) => m,

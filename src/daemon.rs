@@ -11,8 +11,11 @@
 use crate::sync::lock;
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
+
+use vhost::vhost_user::Listener;
 
 use crate::cli::{Config, SocketSource};
 use crate::fuse_server::{FuseServer, ServerOptions};
@@ -29,12 +32,14 @@ use crate::vhost_device::MAX_REQUEST_QUEUES;
 mod connection;
 mod metrics;
 mod socket;
+mod upgrade;
 
 use connection::{serve_connection, Ended, Serving};
 
 pub use metrics::stats_command;
 use metrics::Registry;
 use socket::{open_listener, SocketGroup};
+pub use upgrade::command::run as upgrade_command;
 
 /// virtiofsd's default for `--rlimit-nofile` when it is not given.
 const DEFAULT_RLIMIT_NOFILE: u64 = 1_000_000;
@@ -92,6 +97,14 @@ fn set_rlimit_nofile(wanted: Option<u64>) -> io::Result<u64> {
     Ok(capped)
 }
 
+/// A duplicate of `fd`, for what an in-place upgrade hands over.
+fn dup(fd: RawFd) -> Result<OwnedFd, String> {
+    // SAFETY: `fd` is open for the duration of the call (the caller holds its owner).
+    unsafe { BorrowedFd::borrow_raw(fd) }
+        .try_clone_to_owned()
+        .map_err(|e| format!("dup: {e}"))
+}
+
 fn check_shared_dir(cfg: &Config) -> Result<(), String> {
     let dir = &cfg.shared_dir;
     match fs::metadata(dir) {
@@ -110,13 +123,27 @@ fn check_shared_dir(cfg: &Config) -> Result<(), String> {
 pub fn run(cfg: Config) -> Result<(), String> {
     // Before the sandbox: the pid the host sees (the supervisor's, with a pid namespace).
     let host_pid = std::process::id();
-    // The environment is read (and cleared) first, while the process has one thread.
+    // The environment is read (and cleared) first, while the process has one thread. A
+    // process started for an in-place upgrade gets its sockets and pid file handed over.
+    let mut inherited = upgrade::Inherited::take()?;
+    let mut handed = |f: fn(&mut upgrade::Process) -> &mut Option<OwnedFd>| {
+        inherited.as_mut().and_then(|i| f(&mut i.process).take())
+    };
+    let (listener_fd, pid_fd, metrics_fd, notify_fd) = (
+        handed(|s| &mut s.listener),
+        handed(|s| &mut s.pid_file),
+        handed(|s| &mut s.metrics),
+        handed(|s| &mut s.notify),
+    );
     let activation = match cfg.socket {
-        SocketSource::Activation => systemd::take_activation_socket()?,
+        SocketSource::Activation if listener_fd.is_none() => systemd::take_activation_socket()?,
         _ => None,
     };
     // Connected now: the notify socket's path may not resolve once the sandbox is entered.
-    let notifier = Notifier::from_env()?;
+    let notifier = match notify_fd {
+        Some(fd) => Some(Notifier::from_socket(fd)),
+        None => Notifier::from_env()?,
+    };
     let owned = Arc::new(Mutex::new(Owned::default()));
     // Declared before the listener, so dropped after it, on every way out of this function.
     let _release = ReleaseOnDrop(Arc::clone(&owned));
@@ -133,7 +160,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // second instance fails with that one error line.
     // Removed again (through `owned`) on every way out, until the sandbox takes over.
     if let SocketSource::Path(path) = &cfg.socket {
-        lock(&owned).pid_file = Some(PidFile::create(path).map_err(|e| e.to_string())?);
+        let pid_file = match pid_fd {
+            Some(fd) => Ok(PidFile::adopt(path, fd)),
+            None => PidFile::create(path),
+        };
+        lock(&owned).pid_file = Some(pid_file.map_err(|e| e.to_string())?);
     }
     let nofile =
         set_rlimit_nofile(cfg.rlimit_nofile).map_err(|e| format!("--rlimit-nofile: {e}"))?;
@@ -151,7 +182,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     // The socket is checked and bound on the host, before the sandbox: in its own network
     // namespace /proc/net/unix would not show a live listener.
-    let mut listener = open_listener(&cfg.socket, socket_group.as_ref(), activation)?;
+    let mut listener = match listener_fd {
+        Some(fd) => Listener::from(std::os::unix::net::UnixListener::from(fd)),
+        None => open_listener(&cfg.socket, socket_group.as_ref(), activation)?,
+    };
     if let SocketSource::Path(p) = &cfg.socket {
         lock(&owned).socket = Some(p.clone());
     }
@@ -161,6 +195,13 @@ pub fn run(cfg: Config) -> Result<(), String> {
     };
     // Bound on the host too: the sandbox's namespaces and root would hide it.
     let metrics_listener = match &cfg.metrics {
+        Some(addr) if metrics_fd.is_some() => {
+            lock(&owned).metrics_socket = match addr {
+                crate::cli::MetricsAddr::Unix(p) => Some(p.clone()),
+                crate::cli::MetricsAddr::Tcp(_) => None,
+            };
+            metrics_fd.map(|fd| metrics::Listener::adopt(addr, fd))
+        }
         Some(addr) => {
             let (l, path) = metrics::bind(addr, socket_group.as_ref())?;
             created.extend(path.clone());
@@ -176,6 +217,29 @@ pub fn run(cfg: Config) -> Result<(), String> {
         if tsc { "the TSC" } else { "CLOCK_MONOTONIC" }
     );
     let sandbox_cfg = cfg.sandbox_config();
+    // The launcher of in-place upgrades, forked while the process has one thread. Not under
+    // the namespace sandbox: a new process would build other mounts, and inode keys (mount
+    // IDs) would not match the handed-over ones.
+    let upgrader = match cfg.sandbox {
+        SandboxMode::Namespace => None,
+        _ => Some(Arc::new(upgrade::Upgrader::new(
+            upgrade::Launcher::start(upgrade::binary_path(), &upgrade::arguments())
+                .map_err(|e| format!("the upgrade launcher: {e}"))?,
+            dup(listener.as_raw_fd())?,
+            lock(&owned)
+                .pid_file
+                .as_ref()
+                .map(|p| p.fd().try_clone_to_owned())
+                .transpose()
+                .map_err(|e| format!("dup: {e}"))?,
+            metrics_listener
+                .as_ref()
+                .map(|l| l.fd().try_clone_to_owned())
+                .transpose()
+                .map_err(|e| format!("dup: {e}"))?,
+            notifier.clone(),
+        ))),
+    };
     let sandbox = Sandbox::enter(&sandbox_cfg, created)?;
     let fs_cfg = FsConfig {
         shared_dir: cfg.shared_dir.clone(),
@@ -223,8 +287,13 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // before would keep the capabilities and miss Landlock) and before any other thread, which
     // all inherit the blocked signal mask.
     let registry: Arc<OnceLock<Arc<Registry>>> = Arc::default();
-    install_signal_handlers(notifier.clone(), Arc::clone(&owned), Arc::clone(&registry))
-        .map_err(|e| format!("signal handling: {e}"))?;
+    install_signal_handlers(
+        notifier.clone(),
+        Arc::clone(&owned),
+        Arc::clone(&registry),
+        upgrader.clone(),
+    )
+    .map_err(|e| format!("signal handling: {e}"))?;
     let opts = ServerOptions {
         readdirplus: cfg.readdirplus,
         allow_direct_io_mmap: cfg.allow_mmap,
@@ -253,16 +322,20 @@ pub fn run(cfg: Config) -> Result<(), String> {
         notifier: notifier.as_ref(),
         tag: cfg.tag.as_deref(),
         pool_size: cfg.thread_pool_size,
+        upgrader: upgrader.as_deref(),
     };
     // Ready (once) when the first connection may come.
     let mut status = "READY=1\nSTATUS=waiting for the vhost-user frontend";
     let result = loop {
-        log::info!("waiting for the vhost-user frontend");
-        if let Some(n) = &notifier {
-            n.send(status);
+        // A process started for an upgrade serves the connection it was handed first.
+        if inherited.is_none() {
+            log::info!("waiting for the vhost-user frontend");
+            if let Some(n) = &notifier {
+                n.send(status);
+            }
         }
         status = "STATUS=waiting for the vhost-user frontend";
-        match serve_connection(&mut listener, &serving) {
+        match serve_connection(&mut listener, &serving, inherited.take()) {
             Ok(Ended::Disconnected) if cfg.keep_listening => {
                 log::info!("the frontend disconnected; waiting for the next connection");
             }
@@ -316,6 +389,7 @@ fn install_signal_handlers(
     notifier: Option<Notifier>,
     owned: Arc<Mutex<Owned>>,
     registry: Arc<OnceLock<Arc<Registry>>>,
+    upgrader: Option<Arc<upgrade::Upgrader>>,
 ) -> io::Result<()> {
     shutdown::on_signals(
         move |signo| {
@@ -333,6 +407,12 @@ fn install_signal_handlers(
                 }
             }
             None => log::info!("stats: not serving yet"),
+        },
+        move |requester| match &upgrader {
+            Some(up) => up.upgrade(requester),
+            None => log::warn!(
+                "SIGHUP: an in-place upgrade needs --sandbox=chroot or --sandbox=none; ignored"
+            ),
         },
     )
 }

@@ -20,6 +20,18 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Ok(Action::Upgrade(target)) => {
+            return match vhostfs::daemon::upgrade_command(&target) {
+                Ok(pid) => {
+                    println!("upgraded: pid {pid} serves");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("vhostfs upgrade: error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Ok(Action::Exit { text, stderr, code }) => {
             if stderr {
                 eprint!("{text}");

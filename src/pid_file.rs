@@ -72,6 +72,29 @@ impl PidFile {
         }
     }
 
+    /// Takes over the locked pid file of `socket_path` that the process this one upgrades
+    /// handed over (`file`, the same open file, so the same lock). It still names that process:
+    /// [`PidFile::claim`] writes our pid once we serve.
+    pub fn adopt(socket_path: &Path, file: std::os::fd::OwnedFd) -> PidFile {
+        PidFile {
+            path: PidFile::path_for(socket_path),
+            file: File::from(file),
+        }
+    }
+
+    /// Writes our pid into the pid file open as `file` (an adopted one, or a duplicate).
+    pub fn claim(file: &File) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let pid = format!("{}\n", std::process::id());
+        file.write_all_at(pid.as_bytes(), 0)?;
+        file.set_len(pid.len() as u64)
+    }
+
+    /// The open, locked file (handed over by an in-place upgrade).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.file)
+    }
+
     /// The pid file of `socket_path`: `<socket>.pid`.
     pub fn path_for(socket_path: &Path) -> PathBuf {
         let mut name = OsString::from(socket_path.as_os_str());

@@ -1,18 +1,20 @@
 //! Signals: clean exit on SIGTERM and SIGINT (systemd's `systemctl stop`, Proxmox's post-stop,
-//! Ctrl-C), and the metrics table in the log on SIGUSR1.
+//! Ctrl-C), the metrics table in the log on SIGUSR1, and an in-place upgrade on SIGHUP.
 //!
 //! The signals are blocked in the calling thread, so in every thread started after it, and one
 //! thread takes them with `sigwait`: no async-signal-safety concerns, no crate needed.
 
 use std::io;
 
-/// Blocks SIGTERM, SIGINT and SIGUSR1 and starts a thread that runs `on_usr1` on each SIGUSR1
-/// and, when SIGTERM or SIGINT arrives, `on_exit` with its number. Must be called before the
-/// process starts any other thread (a thread started earlier keeps the default actions, which
-/// kill the process).
+/// Blocks SIGTERM, SIGINT, SIGUSR1 and SIGHUP and starts a thread that runs `on_usr1` on each
+/// SIGUSR1, `on_hup` on each SIGHUP (with the sender's pid and value when it came from
+/// `sigqueue`, as `vhostfs upgrade` sends it) and, when SIGTERM or SIGINT arrives, `on_exit`
+/// with its number. Must be called before the process starts any other thread (a thread started
+/// earlier keeps the default actions, which kill the process).
 pub fn on_signals(
     on_exit: impl FnOnce(i32) + Send + 'static,
     on_usr1: impl Fn() + Send + 'static,
+    on_hup: impl Fn(Option<(u32, u32)>) + Send + 'static,
 ) -> io::Result<()> {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -22,6 +24,7 @@ pub fn on_signals(
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::sigaddset(&mut set, libc::SIGHUP);
     }
     // SAFETY: valid set pointer, null old-set pointer.
     let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
@@ -31,22 +34,38 @@ pub fn on_signals(
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || loop {
-            let mut signo = 0;
+            // SAFETY: siginfo_t is plain data, filled by sigwaitinfo.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
             // SAFETY: valid pointers; the set lists blocked signals only.
-            let rc = unsafe { libc::sigwait(&set, &mut signo) };
-            match rc {
-                0 if signo == libc::SIGUSR1 => on_usr1(),
-                0 => {
-                    on_exit(signo);
+            let signo = unsafe { libc::sigwaitinfo(&set, &mut info) };
+            match signo {
+                libc::SIGUSR1 => on_usr1(),
+                libc::SIGHUP => on_hup(queued_by(&info)),
+                -1 => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    log::error!("sigwaitinfo: {e}");
                     return;
                 }
                 _ => {
-                    log::error!("sigwait: {}", io::Error::from_raw_os_error(rc));
+                    on_exit(signo);
                     return;
                 }
             }
         })?;
     Ok(())
+}
+
+/// `(pid, value)` of a signal sent with `sigqueue`; `None` for one sent by `kill`.
+fn queued_by(info: &libc::siginfo_t) -> Option<(u32, u32)> {
+    if info.si_code != libc::SI_QUEUE {
+        return None;
+    }
+    // SAFETY: for SI_QUEUE the kernel filled si_pid and si_value.
+    let (pid, value) = unsafe { (info.si_pid(), info.si_value()) };
+    Some((pid as u32, value.sival_ptr as usize as u32))
 }
 
 /// The name of a termination signal, for the log.

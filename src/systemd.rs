@@ -111,6 +111,18 @@ impl Notifier {
         }))
     }
 
+    /// The connected socket (handed to the next process by an in-place upgrade).
+    pub fn socket(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&*self.sock)
+    }
+
+    /// The notifier of a connected datagram socket another process handed over.
+    pub fn from_socket(fd: std::os::fd::OwnedFd) -> Notifier {
+        Notifier {
+            sock: std::sync::Arc::new(UnixDatagram::from(fd)),
+        }
+    }
+
     /// Sends one notification (newline-separated `KEY=VALUE` assignments, e.g. `READY=1`).
     pub fn notify(&self, state: &str) -> io::Result<()> {
         self.sock.send(state.as_bytes()).map(drop)

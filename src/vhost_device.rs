@@ -44,6 +44,7 @@ use crate::stall_watch::{StallWatch, TICK};
 use crate::worker_pool::WorkerPool;
 
 mod device_state;
+mod pause;
 
 /// Guest memory as the backend maps it. No dirty-page bitmap: the device does not offer
 /// `LOG_SHMFD` (no live migration), and vhost-user-backend's bitmap type takes a shared
@@ -127,6 +128,10 @@ struct Inner {
     exit_consumers: Mutex<Vec<RawFd>>,
     /// The state transfer SET_DEVICE_STATE_FD started, until CHECK_DEVICE_STATE collects it.
     transfer: Mutex<Option<JoinHandle<io::Result<()>>>>,
+    /// Set by [`VhostFsBackend::pause`]: no thread pops a chain while it is.
+    paused: AtomicBool,
+    /// Threads inside [`VhostFsBackend::drain`] (so maybe serving a chain they popped).
+    draining: AtomicUsize,
 }
 
 impl VhostFsBackend {
@@ -168,6 +173,8 @@ impl VhostFsBackend {
             gauges: Arc::new(QueueGauges::new(queues)),
             exit_consumers: Mutex::default(),
             transfer: Mutex::new(None),
+            paused: AtomicBool::new(false),
+            draining: AtomicUsize::new(0),
         });
         let weak = Arc::downgrade(&inner);
         inner.watch.start(move |queue| {
@@ -221,6 +228,9 @@ impl VhostFsBackend {
                 vring.disable_notification().map_err(io::Error::other)?;
             }
             self.drain(vring, &atomic, event_idx, queue, true)?;
+            if self.inner.paused.load(Ordering::SeqCst) {
+                return Ok(());
+            }
             // With EVENT_IDX, re-enable notifications and look again: the guest may have added
             // chains after the last pop and before it saw notifications enabled. Not once the
             // frontend stopped the queue (GET_VRING_BASE): the ring is not ours to write (a
@@ -258,6 +268,10 @@ impl VhostFsBackend {
         own: bool,
     ) -> io::Result<()> {
         let gauges = &self.inner.gauges;
+        // Counted before `paused` is read (both SeqCst): `pause` either sees this thread here
+        // or this thread sees `paused`.
+        self.inner.draining.fetch_add(1, Ordering::SeqCst);
+        let _draining = pause::Draining(&self.inner.draining);
         // One snapshot of the memory map per drain: a chain popped under it is served under it,
         // and a new map (memory hot-plug) is picked up at the next kick.
         let mem = atomic.memory();
@@ -275,6 +289,12 @@ impl VhostFsBackend {
                         unsignalled += 1;
                         urgent = bulk;
                     }
+                }
+                if self.inner.paused.load(Ordering::SeqCst) {
+                    if unsignalled > 0 {
+                        notify(&mut state, event_idx)?;
+                    }
+                    return Ok(());
                 }
                 let q = state.get_queue_mut();
                 let chain = q.pop_descriptor_chain(mem.clone());

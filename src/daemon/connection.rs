@@ -14,6 +14,7 @@ use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 use super::metrics::Registry;
+use super::upgrade::{self, Inherited, Upgrader};
 use crate::fuse_server::FuseServer;
 use crate::systemd::Notifier;
 use crate::vhost_device::VhostFsBackend;
@@ -27,6 +28,8 @@ pub(super) struct Serving<'a> {
     pub tag: Option<&'a str>,
     /// `--thread-pool-size`.
     pub pool_size: usize,
+    /// In-place upgrades (not under the namespace sandbox): connections go through a relay.
+    pub upgrader: Option<&'a Upgrader>,
 }
 
 /// How a connection ended (when it did not fail the daemon).
@@ -40,12 +43,15 @@ pub(super) enum Ended {
     Dropped(String),
 }
 
-/// Waits for the next frontend on `listener` (the caller said so: log, readiness) and serves it until the connection ends; returns
-/// once nothing of it is left (threads joined, guest memory unmapped, eventfds closed, the FUSE
-/// session ended). `Err` only for what would fail any connection (accept, thread creation).
+/// Waits for the next frontend on `listener` (the caller said so: log, readiness) and serves it
+/// until the connection ends; returns once nothing of it is left (threads joined, guest memory
+/// unmapped, eventfds closed, the FUSE session ended). `inherited`: the connection the process
+/// this one upgrades handed over, served instead of a new one. `Err` only for what would fail
+/// any connection (accept, thread creation), or a hand-over this process refused.
 pub(super) fn serve_connection(
     listener: &mut Listener,
     with: &Serving<'_>,
+    inherited: Option<Inherited>,
 ) -> Result<Ended, String> {
     let backend = VhostFsBackend::new(Arc::clone(with.server), with.tag, with.pool_size)
         .map_err(|e| e.to_string())?;
@@ -53,9 +59,18 @@ pub(super) fn serve_connection(
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon = VhostUserDaemon::new("vhostfs".into(), backend.clone(), mem)
         .map_err(|e| format!("vhost-user: {e}"))?;
-    daemon
-        .start(listener)
-        .map_err(|e| format!("vhost-user: {e}"))?;
+    match with.upgrader {
+        Some(up) => upgrade::serve(
+            up,
+            &mut daemon,
+            listener,
+            (backend.clone(), Arc::clone(with.server)),
+            inherited,
+        )?,
+        None => daemon
+            .start(listener)
+            .map_err(|e| format!("vhost-user: {e}"))?,
+    }
     if let Some(n) = with.notifier {
         n.send("STATUS=serving the guest");
     }
@@ -73,6 +88,9 @@ pub(super) fn serve_connection(
         }
         Err(e) => Ended::Dropped(format!("vhost-user: {e}")),
     };
+    if let Some(up) = with.upgrader {
+        up.serving(None);
+    }
     backend.finish(daemon);
     with.server.log_stats();
     with.server.end_session();

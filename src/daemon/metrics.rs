@@ -96,6 +96,24 @@ pub enum Listener {
     Tcp(TcpListener),
 }
 
+impl Listener {
+    /// The listening socket (handed to the next process by an in-place upgrade).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Listener::Unix(l) => std::os::fd::AsFd::as_fd(l),
+            Listener::Tcp(l) => std::os::fd::AsFd::as_fd(l),
+        }
+    }
+
+    /// The listener for `addr` that the process this one upgrades handed over.
+    pub fn adopt(addr: &MetricsAddr, fd: std::os::fd::OwnedFd) -> Listener {
+        match addr {
+            MetricsAddr::Unix(_) => Listener::Unix(UnixListener::from(fd)),
+            MetricsAddr::Tcp(_) => Listener::Tcp(TcpListener::from(fd)),
+        }
+    }
+}
+
 /// Binds `addr` (on the host, before the sandbox). A UNIX socket is created as the vhost-user
 /// socket is (mode 0700, or 0770 and `group`; a stale socket file is replaced, a live one or
 /// another file is not); returns its path, for removal at exit.

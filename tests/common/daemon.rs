@@ -59,14 +59,18 @@ impl Daemon {
     }
 
     /// The host pid of the process serving requests: under `--sandbox=namespace` the spawned
-    /// process is a supervisor and serving happens in its only child; else the process itself.
+    /// process is a supervisor and serving happens in its only child; else the process itself
+    /// (whose child, if any, is the upgrade launcher, named `vhostfs-launch`).
     pub fn served_pid(&self) -> io::Result<u32> {
         let pid = self.pid();
         let children = fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))?;
-        match children.split_whitespace().next() {
-            Some(child) => child.parse().map_err(io::Error::other),
-            None => Ok(pid),
+        for child in children.split_whitespace() {
+            let comm = fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+            if comm.trim() != "vhostfs-launch" {
+                return child.parse().map_err(io::Error::other);
+            }
         }
+        Ok(pid)
     }
 
     /// Number of open file descriptors of the serving process (entries in /proc/PID/fd).

@@ -1,0 +1,489 @@
+//! In-place upgrade: the serving process hands its live session (the frontend's connection,
+//! the device's set-up, the FUSE session) to a fresh process of the binary it was started
+//! from, and exits; the guest sees a pause, never an error.
+//!
+//! Parts: `wire` (vhost-user messages as bytes), `setup` (the device's set-up, recorded from
+//! the frontend's messages and replayed), `relay` (the frontend's connection relayed to the
+//! in-process vhost-user-backend handler, which cannot adopt a connection), `handover` (what
+//! moves, and how), `launcher` (the unconfined child that starts the next binary and makes
+//! sockets for the confined daemon), `command` (`vhostfs upgrade`).
+//!
+//! The steps (SIGHUP, or `vhostfs upgrade`, which sends it with a nonce through `sigqueue`):
+//! 1. The launcher starts the binary and it gets the [`Process`] part (listening socket, pid
+//!    file, metrics listener, notify socket) over a socket pair, fds as SCM_RIGHTS. It starts
+//!    up (file handles, sandbox) while we serve on, and answers `W`.
+//! 2. The relay stops between two messages, everything the handler was sent answered.
+//! 3. The queues stop taking chains and finish those taken (`VhostFsBackend::pause`): each used
+//!    index now equals its next available index. The guest's pause starts here.
+//! 4. GET_VRING_BASE, sent to our own handler, stops each running vring and gives that index,
+//!    which becomes the vring's base in the recorded set-up.
+//! 5. The [`Session`] goes over: the set-up, the frontend's connection, the FUSE session with
+//!    the fd of every inode and open file (`FuseServer::save_state_with_fds`). The new process
+//!    loads it, replays the set-up into its own handler (each step acknowledged), answers `R`;
+//!    we tell systemd its pid (`MAINPID=`) and exit. It then kicks every running vring (kicks
+//!    we consumed while stopped are not lost), writes its pid into the pid file, and relays the
+//!    same connection.
+//! 6. Any failure before `R` (the binary missing or exiting, a refused state, a request still
+//!    running after [`QUIESCE`], no answer in [`ANSWER`]): the new process is killed; if our
+//!    queues had stopped, the vring part of the set-up is replayed into our own handler, the
+//!    queues and the relay resume and are kicked. The reason is logged and told to `vhostfs
+//!    upgrade`. An upgrade never takes the share down.
+
+pub mod command;
+mod handover;
+pub mod launcher;
+mod relay;
+mod setup;
+#[cfg(test)]
+mod tests;
+mod wire;
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use vhost::vhost_user::Listener;
+use vhost_user_backend::VhostUserDaemon;
+
+use crate::fuse_server::FuseServer;
+
+use crate::sync::lock;
+use crate::systemd::Notifier;
+use crate::vhost_device::VhostFsBackend;
+pub use handover::Process;
+use handover::{Answer, Session};
+pub use launcher::Launcher;
+pub use relay::Relay;
+use setup::DeviceSetup;
+use wire::{req, Msg, NEED_REPLY};
+
+/// How long the queues may take to finish the requests they run.
+pub const QUIESCE: Duration = Duration::from_secs(2);
+/// How long the new process may take to start and take over.
+pub const ANSWER: Duration = Duration::from_secs(30);
+
+/// Sends `msg` to a handler on `sock`; returns its reply when it sends one: to a query, or
+/// (REPLY_ACK) to a message flagged NEED_REPLY, whose acknowledgement must be 0.
+fn exchange(sock: &UnixStream, msg: &Msg) -> io::Result<Option<Msg>> {
+    wire::send(sock, msg)?;
+    let query = matches!(
+        msg.request,
+        req::GET_FEATURES | req::GET_PROTOCOL_FEATURES | req::GET_VRING_BASE
+    );
+    if !query && msg.flags & NEED_REPLY == 0 {
+        return Ok(None);
+    }
+    let reply = match wire::recv(sock)? {
+        Some(r) if r.request == msg.request => r,
+        Some(r) => {
+            return Err(io::Error::other(format!(
+                "the vhost-user handler answered request {} with {}",
+                msg.request, r.request
+            )))
+        }
+        None => return Err(io::Error::other("the vhost-user handler closed its end")),
+    };
+    if !query && reply.u64_at(0) != Some(0) {
+        return Err(io::Error::other(format!(
+            "the vhost-user handler refused request {}",
+            msg.request
+        )));
+    }
+    Ok(Some(reply))
+}
+
+/// Replays `msgs` into the handler on `sock`, checking that it offers every feature `setup`
+/// had negotiated.
+fn replay(sock: &UnixStream, setup: &DeviceSetup, msgs: &[Msg]) -> io::Result<()> {
+    for m in msgs {
+        let reply = exchange(sock, m)?;
+        let (wanted, what) = match m.request {
+            req::GET_FEATURES => (setup.features, "virtio features"),
+            req::GET_PROTOCOL_FEATURES => (setup.protocol_features, "protocol features"),
+            _ => continue,
+        };
+        let offered = reply.and_then(|r| r.u64_at(0)).unwrap_or(0);
+        let missing = wanted.unwrap_or(0) & !offered;
+        if missing != 0 {
+            return Err(io::Error::other(format!(
+                "this binary does not offer the {what} {missing:#x} the frontend negotiated"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The FUSE session as `FuseServer::save_state_with_fds` writes it, and the fds of every inode
+/// and open file it names (no request runs: the queues are paused).
+fn save_session(server: &FuseServer) -> Result<(Vec<u8>, Vec<OwnedFd>), String> {
+    let (mut session, mut fds) = (Vec::new(), Vec::new());
+    server
+        .save_state_with_fds(&mut session, Some(&mut fds))
+        .map_err(|e| format!("saving the FUSE session: {e}"))?;
+    Ok((session, fds))
+}
+
+/// CLOCK_MONOTONIC in ns (the same clock in every process: pauses are measured across two).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Kicks every running vring once: chains the guest added while no process watched the kick
+/// eventfds are served.
+fn kick(setup: &DeviceSetup) {
+    for v in setup.vrings.iter().filter(|v| v.started) {
+        if let Some(Some(fd)) = &v.kick {
+            if let Ok(fd) = fd.try_clone() {
+                let _ = File::from(fd).write_all(&1u64.to_ne_bytes());
+            }
+        }
+    }
+}
+
+/// The binary an upgrade executes: the path this process was started as when it has a slash
+/// (the launcher keeps the start-up working directory), so a new build installed at that path
+/// is the one started; else the one `/proc/self/exe` names.
+pub fn binary_path() -> PathBuf {
+    match std::env::args_os().next() {
+        Some(a) if a.as_encoded_bytes().contains(&b'/') => PathBuf::from(a),
+        _ => std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
+    }
+}
+
+/// This process's arguments (without argv[0]): the next process gets the same.
+pub fn arguments() -> Vec<OsString> {
+    std::env::args_os().skip(1).collect()
+}
+
+/// The connection being served, as the upgrade needs it.
+#[derive(Clone)]
+pub struct Connection {
+    pub relay: Arc<Relay>,
+    pub backend: VhostFsBackend,
+    pub server: Arc<FuseServer>,
+}
+
+/// What an upgrade hands over besides the connection: fds of the daemon (duplicates).
+pub struct Upgrader {
+    launcher: Launcher,
+    listener: OwnedFd,
+    pid_file: Option<OwnedFd>,
+    metrics: Option<OwnedFd>,
+    notifier: Option<Notifier>,
+    current: Mutex<Option<Connection>>,
+}
+
+impl Upgrader {
+    pub fn new(
+        launcher: Launcher,
+        listener: OwnedFd,
+        pid_file: Option<OwnedFd>,
+        metrics: Option<OwnedFd>,
+        notifier: Option<Notifier>,
+    ) -> Upgrader {
+        Upgrader {
+            launcher,
+            listener,
+            pid_file,
+            metrics,
+            notifier,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// Writes our pid into the pid file, once this process serves what it was handed.
+    fn claim_pid_file(&self) {
+        let Some(fd) = &self.pid_file else { return };
+        let claimed = fd
+            .try_clone()
+            .and_then(|fd| crate::pid_file::PidFile::claim(&File::from(fd)));
+        if let Err(e) = claimed {
+            log::warn!("cannot write our pid into the pid file: {e}");
+        }
+    }
+
+    /// The connection now served (`None` once it ends).
+    pub fn serving(&self, conn: Option<Connection>) {
+        *lock(&self.current) = conn;
+    }
+
+    /// On SIGHUP: hands over to a new process and exits, or logs why not and goes on serving.
+    /// `requester`: the `vhostfs upgrade` process that asked, and its nonce.
+    pub fn upgrade(&self, requester: Option<(u32, u32)>) {
+        log::info!("SIGHUP: handing over to a new process");
+        match self.hand_over(requester) {
+            Ok(pid) => {
+                log::info!("pid {pid} took over: exiting");
+                if let Some(n) = &self.notifier {
+                    n.send(&format!("MAINPID={pid}"));
+                }
+                // Nothing is cleaned up: the socket, pid file and connection are the new
+                // process's now.
+                std::process::exit(0);
+            }
+            Err(e) => {
+                log::error!("upgrade failed, serving on: {e}");
+                if let Some((pid, nonce)) = requester {
+                    self.launcher.report(pid, nonce, &format!("error {e}"));
+                }
+            }
+        }
+    }
+
+    fn hand_over(&self, requester: Option<(u32, u32)>) -> Result<libc::pid_t, String> {
+        let conn = lock(&self.current).clone();
+        let Some(conn) = conn else {
+            return Err("no frontend is connected: restart the daemon instead".into());
+        };
+        let (pid, sock) = self
+            .launcher
+            .launch()
+            .map_err(|e| format!("cannot start the new binary: {e}"))?;
+        let moved = self
+            .start_next(&sock, requester)
+            .and_then(|()| self.move_session(&conn, &sock));
+        if moved.is_err() {
+            self.launcher.kill(pid);
+        }
+        moved.map(|()| pid)
+    }
+
+    /// Gives the new process what it starts with, and waits until it has started (we serve
+    /// meanwhile: its start-up is no pause for the guest).
+    fn start_next(&self, sock: &UnixStream, requester: Option<(u32, u32)>) -> Result<(), String> {
+        let dup = |fd: &OwnedFd| fd.try_clone().map_err(|e| format!("dup: {e}"));
+        let dup_opt = |fd: &Option<OwnedFd>| fd.as_ref().map(dup).transpose();
+        let process = Process {
+            listener: Some(dup(&self.listener)?),
+            pid_file: dup_opt(&self.pid_file)?,
+            metrics: dup_opt(&self.metrics)?,
+            notify: self
+                .notifier
+                .as_ref()
+                .map(|n| n.socket().try_clone_to_owned())
+                .transpose()
+                .map_err(|e| format!("dup: {e}"))?,
+            requester,
+        };
+        sock.set_read_timeout(Some(ANSWER))
+            .map_err(|e| e.to_string())?;
+        handover::send_process(sock, process).map_err(sent_error)?;
+        handover::await_answer(sock, handover::WAITING)
+    }
+
+    /// Stops the queues, gives the new process the session and waits until it holds the
+    /// device; on any failure our own handler and queues start again as they were.
+    fn move_session(&self, conn: &Connection, sock: &UnixStream) -> Result<(), String> {
+        let mut paused = conn
+            .relay
+            .pause()
+            .map_err(|e| format!("the vhost-user connection: {e}"))?;
+        if let Some(why) = paused.setup.unreplayable.clone() {
+            paused.resume();
+            return Err(format!("the device set-up cannot be replayed: {why}"));
+        }
+        let paused_at = monotonic_ns();
+        if let Err(e) = conn.backend.pause(QUIESCE) {
+            conn.backend.resume();
+            paused.resume();
+            return Err(e.to_string());
+        }
+        let result = self
+            .stop_vrings(&mut paused)
+            .and_then(|()| save_session(&conn.server))
+            .and_then(|(fuse, fuse_fds)| {
+                let session = Session {
+                    setup: paused.setup.try_clone().map_err(|e| format!("dup: {e}"))?,
+                    frontend: paused
+                        .frontend()
+                        .try_clone_to_owned()
+                        .map_err(|e| format!("dup: {e}"))?,
+                    paused_at,
+                    fuse,
+                    fuse_fds,
+                };
+                handover::send_session(sock, session).map_err(sent_error)?;
+                handover::await_answer(sock, handover::READY)
+            });
+        if result.is_err() {
+            // Our handler's vrings are stopped (or some are): start them again as they were.
+            let mut msgs = Vec::new();
+            let restarted = paused
+                .setup
+                .replay_vrings(&mut msgs)
+                .and_then(|()| replay(paused.backend(), &paused.setup, &msgs));
+            if let Err(e) = restarted {
+                log::error!("cannot restart the vrings after a failed upgrade: {e}");
+            }
+            conn.backend.resume();
+            kick(&paused.setup);
+            paused.resume();
+        }
+        result
+    }
+
+    /// GET_VRING_BASE to our handler for each running vring; the index becomes its base.
+    fn stop_vrings(&self, paused: &mut relay::Paused<'_>) -> Result<(), String> {
+        let started: Vec<u32> = paused.setup.started().collect();
+        for i in started {
+            let payload = [i.to_le_bytes(), 0u32.to_le_bytes()].concat();
+            let reply = exchange(
+                paused.backend(),
+                &Msg::new(req::GET_VRING_BASE, payload, Vec::new()),
+            )
+            .map_err(|e| format!("GET_VRING_BASE {i}: {e}"))?;
+            let base = reply
+                .and_then(|r| r.u32_at(4))
+                .ok_or("a short GET_VRING_BASE")?;
+            paused.setup.vrings[i as usize].base = Some(base);
+        }
+        Ok(())
+    }
+}
+
+/// What a failed send to the new process means.
+fn sent_error(e: io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+            "the new process exited before taking over".to_string()
+        }
+        _ => format!("cannot send the state to the new process: {e}"),
+    }
+}
+
+/// What a process started for an upgrade was handed, and the connection it came on.
+pub struct Inherited {
+    pub process: Process,
+    sock: UnixStream,
+}
+
+impl Inherited {
+    /// When this process was started by a launcher: what it starts with. Call while the
+    /// process has one thread. What cannot be read is refused (the old process serves on) and
+    /// is an error here.
+    pub fn take() -> Result<Option<Inherited>, String> {
+        let Some(sock) = launcher::take_handover() else {
+            return Ok(None);
+        };
+        match handover::recv_process(&sock) {
+            Ok(process) => Ok(Some(Inherited { process, sock })),
+            Err(e) => {
+                let why = e.to_string();
+                let _ = handover::answer(&sock, Answer::Refused(&why));
+                Err(format!("upgrade: {why}"))
+            }
+        }
+    }
+
+    /// Refuses the hand-over: the old process serves on.
+    fn refuse(&self, why: &str) -> String {
+        let _ = handover::answer(&self.sock, Answer::Refused(why));
+        why.to_string()
+    }
+
+    /// Asks for the session (the old process stops its queues then) and receives it.
+    fn session(&self) -> Result<Session, String> {
+        handover::answer(&self.sock, Answer::Waiting)
+            .map_err(|e| format!("the hand-over connection: {e}"))?;
+        let _ = self.sock.set_read_timeout(Some(ANSWER));
+        handover::recv_session(&self.sock).map_err(|e| self.refuse(&e.to_string()))
+    }
+
+    /// Takes the device over: replays the set-up into the handler on `handler` (the relay's
+    /// end of its private connection), answers the old process, waits until it is gone,
+    /// kicks the vrings and starts relaying. On an error the old process serves on.
+    fn adopt(self, handler: UnixStream, session: Session) -> Result<Arc<Relay>, String> {
+        let Session {
+            setup,
+            frontend,
+            paused_at,
+            ..
+        } = session;
+        let replayed = setup
+            .replay()
+            .and_then(|msgs| replay(&handler, &setup, &msgs));
+        if let Err(e) = replayed {
+            return Err(self.refuse(&format!("replaying the device set-up: {e}")));
+        }
+        handover::answer(&self.sock, Answer::Ready)
+            .map_err(|e| format!("the hand-over connection: {e}"))?;
+        // The old process exits at once: the end of the connection says it is gone.
+        let _ = (&self.sock).read(&mut [0u8; 1]);
+        kick(&setup);
+        let paused_ms = monotonic_ns().saturating_sub(paused_at) as f64 / 1e6;
+        log::info!(
+            "took over the vhost-user connection: the queues stood still for {paused_ms:.1} ms"
+        );
+        Relay::start(UnixStream::from(frontend), handler, setup).map_err(|e| format!("relay: {e}"))
+    }
+}
+
+/// Serves the next connection through a relay, so that it can be handed over: the one the
+/// process this one upgrades handed over (`inherited`), else the next one `listener` accepts.
+/// Returns once the handler serves it; `daemon.wait()` returns when it ends.
+pub fn serve(
+    up: &Upgrader,
+    daemon: &mut VhostUserDaemon<VhostFsBackend>,
+    listener: &Listener,
+    (backend, server): (VhostFsBackend, Arc<FuseServer>),
+    inherited: Option<Inherited>,
+) -> Result<(), String> {
+    let (handler, mut private) = up
+        .launcher
+        .pair()
+        .map_err(|e| format!("a connection for the vhost-user handler: {e}"))?;
+    daemon
+        .start(&mut private)
+        .map_err(|e| format!("vhost-user: {e}"))?;
+    let relay = match inherited {
+        Some(inherited) => {
+            let requester = inherited.process.requester;
+            let mut session = inherited.session()?;
+            let fuse_fds = std::mem::take(&mut session.fuse_fds);
+            if let Err(e) = server.load_state_with_fds(&mut &session.fuse[..], fuse_fds) {
+                return Err(inherited.refuse(&format!("the FUSE session: {e}")));
+            }
+            let relay = inherited.adopt(handler, session)?;
+            up.claim_pid_file();
+            if let Some(n) = &up.notifier {
+                n.send(&format!(
+                    "MAINPID={}\nREADY=1\nSTATUS=serving the guest",
+                    std::process::id()
+                ));
+            }
+            if let Some((pid, nonce)) = requester {
+                up.launcher
+                    .report(pid, nonce, &format!("ok {}", std::process::id()));
+            }
+            relay
+        }
+        None => {
+            let frontend = loop {
+                match listener.accept() {
+                    Ok(Some(s)) => break s,
+                    Ok(None) => continue,
+                    Err(e) => return Err(format!("vhost-user: {e}")),
+                }
+            };
+            Relay::start(frontend, handler, DeviceSetup::default())
+                .map_err(|e| format!("relay: {e}"))?
+        }
+    };
+    up.serving(Some(Connection {
+        relay,
+        backend,
+        server,
+    }));
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! The relay between the frontend's connection and the in-process vhost-user-backend handler.
+//!
+//! vhost-user-backend 0.22 learns memory, vrings and features only from messages on its own
+//! endpoint and cannot adopt a connection another process set up. So the handler is given one
+//! end of a private connection, and this relay forwards every message between the frontend's
+//! connection and the other end, recording in a [`DeviceSetup`] what each frontend message
+//! sets. The data path (guest memory, kick and call eventfds) never passes here: only the
+//! control messages of set-up, VM stop/start and reset, each forwarded as it came, with its fds.
+//!
+//! Invariants:
+//! - One thread forwards both ways and handles one message at a time, so the model and the
+//!   handler see the frontend's messages in the same order.
+//! - [`Relay::pause`] returns only between messages, once the handler answered everything it
+//!   was sent (a GET_FEATURES probe, whose reply comes after all earlier ones, is its marker):
+//!   while paused the frontend's connection is not read, the handler's end belongs to the
+//!   caller, and the model does not change.
+//! - The frontend closing its connection closes the handler's end (the handler's thread then
+//!   ends as on a direct disconnect); the handler closing its end closes the frontend's.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use super::setup::DeviceSetup;
+use super::wire::{self, req, Msg};
+use crate::sync::lock;
+
+/// Waits until one of `fds` is readable (or hung up); returns which, by index.
+fn poll_readable(fds: &[RawFd]) -> io::Result<Vec<bool>> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        // SAFETY: `p` is a valid array of `p.len()` pollfds that outlives the call.
+        let rc = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, -1) };
+        if rc >= 0 {
+            return Ok(p.iter().map(|x| x.revents != 0).collect());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// What the controller asks of a paused relay.
+enum Command {
+    Resume,
+}
+
+/// The relay of one connection.
+pub struct Relay {
+    setup: Arc<Mutex<DeviceSetup>>,
+    frontend: Arc<UnixStream>,
+    backend: Arc<UnixStream>,
+    wake: EventFd,
+    requests: Mutex<(Sender<Command>, Receiver<io::Result<()>>)>,
+}
+
+/// A paused relay: the handler's end and the model are the caller's until [`Paused::resume`]
+/// (or the process exits).
+pub struct Paused<'a> {
+    relay: &'a Relay,
+    pub setup: MutexGuard<'a, DeviceSetup>,
+}
+
+impl Paused<'_> {
+    /// The frontend's connection, to hand over.
+    pub fn frontend(&self) -> BorrowedFd<'_> {
+        self.relay.frontend.as_fd()
+    }
+
+    /// The handler's end, to send it messages while paused.
+    pub fn backend(&self) -> &UnixStream {
+        &self.relay.backend
+    }
+
+    /// Lets the relay forward again.
+    pub fn resume(self) {
+        let Paused { relay, setup } = self;
+        drop(setup);
+        let _ = lock(&relay.requests).0.send(Command::Resume);
+    }
+}
+
+impl Relay {
+    /// Starts relaying between `frontend` and `backend` (the end whose peer the handler
+    /// serves), recording into `setup` (empty for a new connection, replayed for an adopted one).
+    pub fn start(
+        frontend: UnixStream,
+        backend: UnixStream,
+        setup: DeviceSetup,
+    ) -> io::Result<Arc<Relay>> {
+        let (cmd_tx, cmd_rx) = channel();
+        let (ack_tx, ack_rx) = channel();
+        let relay = Arc::new(Relay {
+            setup: Arc::new(Mutex::new(setup)),
+            frontend: Arc::new(frontend),
+            backend: Arc::new(backend),
+            wake: EventFd::new(EFD_NONBLOCK)?,
+            requests: Mutex::new((cmd_tx, ack_rx)),
+        });
+        let r = Arc::clone(&relay);
+        std::thread::Builder::new()
+            .name("vhost-user relay".into())
+            .spawn(move || {
+                if let Err(e) = r.run(&cmd_rx, &ack_tx) {
+                    log::debug!("vhost-user relay: {e}");
+                }
+                // Either side gone: the other goes too.
+                let _ = r.frontend.shutdown(std::net::Shutdown::Both);
+                let _ = r.backend.shutdown(std::net::Shutdown::Both);
+                let _ = ack_tx.send(Err(io::Error::other("the connection is closed")));
+            })?;
+        Ok(relay)
+    }
+
+    /// Stops forwarding between two messages, with everything sent to the handler answered.
+    pub fn pause(&self) -> io::Result<Paused<'_>> {
+        let requests = lock(&self.requests);
+        self.wake.write(1)?;
+        requests.1.recv().map_err(io::Error::other)??;
+        drop(requests);
+        Ok(Paused {
+            relay: self,
+            setup: lock(&self.setup),
+        })
+    }
+
+    fn run(&self, commands: &Receiver<Command>, acks: &Sender<io::Result<()>>) -> io::Result<()> {
+        let fds = [
+            self.frontend.as_raw_fd(),
+            self.backend.as_raw_fd(),
+            self.wake.as_raw_fd(),
+        ];
+        // GET_FEATURES the frontend sent and the handler has not answered yet.
+        let mut queries = 0u32;
+        loop {
+            let ready = poll_readable(&fds)?;
+            if ready[0] {
+                let Some(msg) = wire::recv(&self.frontend)? else {
+                    return Ok(());
+                };
+                lock(&self.setup).apply(&msg)?;
+                queries += u32::from(msg.request == req::GET_FEATURES);
+                wire::send(&self.backend, &msg)?;
+            }
+            if ready[1] {
+                let Some(msg) = wire::recv(&self.backend)? else {
+                    return Ok(());
+                };
+                if msg.request == req::GET_FEATURES {
+                    queries = queries.saturating_sub(1);
+                }
+                wire::send(&self.frontend, &msg)?;
+            }
+            if ready[2] {
+                let _ = self.wake.read();
+                self.drain_backend(&mut queries)?;
+                let _ = acks.send(Ok(()));
+                match commands.recv() {
+                    Ok(Command::Resume) => {}
+                    Err(_) => return Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Sends the handler a GET_FEATURES probe and forwards its messages to the frontend until
+    /// the probe's reply, which comes after every reply to what it was sent before.
+    fn drain_backend(&self, queries: &mut u32) -> io::Result<()> {
+        wire::send(
+            &self.backend,
+            &Msg::new(req::GET_FEATURES, Vec::new(), Vec::new()),
+        )?;
+        loop {
+            let Some(msg) = wire::recv(&self.backend)? else {
+                return Err(io::Error::other("the vhost-user handler closed its end"));
+            };
+            if msg.request == req::GET_FEATURES {
+                if *queries == 0 {
+                    return Ok(());
+                }
+                *queries -= 1;
+            }
+            wire::send(&self.frontend, &msg)?;
+        }
+    }
+}
