@@ -211,6 +211,16 @@ fn sighup_and_the_upgrade_command_hand_the_connection_over() {
         .expect("CREATE");
     assert_eq!(c.write(gone.nodeid, gone_open.fh, 0, b"kept").unwrap(), 4);
     fs::remove_file(s.shared.join("gone")).unwrap();
+    // Many node IDs held (a stream of inodes by fd is the densest the loader checks).
+    let many: Vec<u64> = (0..300)
+        .map(|i| {
+            let (e, o) = c
+                .create(1, &format!("many{i}"), 0o644, 0, 0)
+                .expect("CREATE");
+            c.release(e.nodeid, o.fh, 0).unwrap();
+            e.nodeid
+        })
+        .collect();
     let first = s.first.pid();
     assert_eq!(pid_in_file(&s.socket), Some(first));
 
@@ -232,6 +242,12 @@ fn sighup_and_the_upgrade_command_hand_the_connection_over() {
         b"kept"
     );
     assert_eq!(c.getattr(gone.nodeid, None).expect("GETATTR").attr.nlink, 0);
+    for (i, &node) in many.iter().enumerate() {
+        assert_eq!(
+            c.lookup(1, &format!("many{i}")).expect("LOOKUP").nodeid,
+            node
+        );
+    }
     s.check_serving("after-sighup");
 
     // `vhostfs upgrade`: exits 0 once the new process serves, and names it.

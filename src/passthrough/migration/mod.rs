@@ -161,8 +161,9 @@ struct Section {
     handles: Vec<HandleRecord>,
 }
 
-/// Smallest encoding of an inode and a handle record (to bound counts, see [`Decoder::count`]).
-const INODE_MIN: usize = 8 + 8 + 4 + 8 + 1 + 8 + 1;
+/// Smallest encoding of an inode and a handle record (to bound counts, see [`Decoder::count`]):
+/// an inode by fd ([`Location::Fd`], a 4-byte index) is the shortest.
+const INODE_MIN: usize = 8 + 8 + 4 + 8 + 1 + 4 + 1;
 const HANDLE_MIN: usize = 8 + 8 + 4 + 1 + 1;
 
 fn invalid_data(what: impl Into<String>) -> std::io::Error {
