@@ -1,21 +1,23 @@
 #!/bin/sh
+# shellcheck disable=SC2317 # the job functions below run through timed()
 # vhostfs in-guest benchmark; runs INSIDE the guest (busybox sh + fio) on the virtio-fs mount.
 #
 #   sh guest-bench.sh MOUNTPOINT
 #
-# Knobs come from MOUNTPOINT/bench.env (written by run.sh): RUNTIME (seconds per fio job),
-# SIZE (fio file size), FILES (metadata job), JOBS (space-separated subset of
-# "seqwrite seqread randread meta" or "create" for the create phase alone).
+# Knobs come from MOUNTPOINT/bench.env (written by run.sh): RUNTIME (seconds per time-based fio
+# job), SIZE (fio file size), FILES (metadata jobs), JOBS (space-separated, in this order by
+# default: "seqread meta"; also "seqread-direct seqwrite randread", or "create" for the create
+# phase alone).
 # Prints one line per result: "BENCH-RESULT name value unit" (MiB/s, IOPS or guest seconds).
 M=${1:?usage: guest-bench.sh MOUNTPOINT}
-RUNTIME=10 SIZE=256M FILES=10000 JOBS="seqwrite seqread randread meta"
+RUNTIME=10 SIZE=256M FILES=10000 JOBS="seqread meta"
 # shellcheck disable=SC1091 # written by run.sh next to this script
 [ -f "$M/bench.env" ] && . "$M/bench.env"
 W=$M/work
 rc=0
 
 now() { cut -d' ' -f1 /proc/uptime; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 result() { echo "BENCH-RESULT $1 $2 $3"; }
 
@@ -23,12 +25,11 @@ result() { echo "BENCH-RESULT $1 $2 $3"; }
 echo "== guest bench: $(ls /sys/fs/virtiofs/*/mqs 2>/dev/null | tr '\n' ' ')(request queues in use) =="
 mkdir -p "$W" || exit 1
 
-# fio NAME FIELD SCALE ARGS...: terse v3 field 7/8 = read KiB/s / IOPS, 48/49 = write.
+# fio_job NAME FIELD UNIT ARGS...: terse v3 field 7/8 = read KiB/s / IOPS, 48/49 = write.
 fio_job() {
   name=$1 field=$2 unit=$3; shift 3
   drop_caches
-  out=$(fio --name="$name" --filename="$W/fio.dat" --size="$SIZE" --direct=1 \
-    --runtime="$RUNTIME" --time_based --output-format=terse "$@" 2>/tmp/fio.err)
+  out=$(fio --name="$name" --filename="$W/fio.dat" --size="$SIZE" --output-format=terse "$@" 2>/tmp/fio.err)
   v=$(echo "$out" | awk -F';' -v f="$field" -v u="$unit" \
     '$1 == 3 { if (u == "MiB/s") printf "%.1f", $f / 1024; else printf "%d", $f }')
   if [ -z "$v" ] || [ "$v" = 0 ] || [ "$v" = 0.0 ]; then
@@ -37,6 +38,50 @@ fio_job() {
   result "$name" "$v" "$unit"
 }
 
+# seq_passes NAME ARGS...: three fio passes over the whole file, each after drop_caches (one pass
+# of 256 MiB lasts well under a second here); prints the passes' mean MiB/s.
+seq_passes() {
+  name=$1; shift
+  sum=0
+  for _ in 1 2 3; do
+    drop_caches
+    out=$(fio --name="$name" --filename="$W/fio.dat" --size="$SIZE" --output-format=terse "$@" 2>/tmp/fio.err)
+    v=$(echo "$out" | awk -F';' '$1 == 3 { printf "%.1f", $7 / 1024 }')
+    if [ -z "$v" ] || [ "$v" = 0.0 ]; then echo "FAIL: fio $name"; cat /tmp/fio.err; rc=1; return; fi
+    sum=$(awk -v a="$sum" -v b="$v" 'BEGIN { print a + b }')
+  done
+  result "$name" "$(awk -v a="$sum" 'BEGIN { printf "%.1f", a / 3 }')" MiB/s
+}
+
+# The fio file, laid out once (untimed) for the read jobs.
+layout() {
+  [ -f "$W/fio.dat" ] && return
+  fio --name=layout --filename="$W/fio.dat" --size="$SIZE" --rw=write --bs=1M --direct=1 \
+    --output-format=terse > /dev/null 2>/tmp/fio.err || { echo "FAIL: fio layout"; cat /tmp/fio.err; rc=1; }
+}
+
+# timed NAME CMD...: runs CMD, prints its guest seconds as NAME (FAIL if CMD fails).
+timed() {
+  name=$1; shift
+  t=$(now)
+  "$@" || { echo "FAIL: $name"; rc=1; }
+  result "$name" "$(since "$t")" s
+}
+
+# Checks: every stat printed size 4096; a listing counted FILES entries.
+stat_names() { xargs stat -c %s < /tmp/names | awk -v n="$FILES" '$1 == 4096 { ok++ } END { exit ok != n }'; }
+# shellcheck disable=SC2038 # names are plain f0..fN
+find_stat() { (cd "$1" && find . -type f | xargs stat -c %s) | awk -v n="$FILES" '$1 == 4096 { ok++ } END { exit ok != n }'; }
+# shellcheck disable=SC2012 # `ls -l` is the workload; names are plain f0..fN
+ls_l() { [ "$(ls -l "$1" | wc -l)" -eq $((FILES + 1)) ]; }
+# A plain readdir: the shell's glob reads the directory and stats nothing.
+readdir() { set -- "$1"/f*; [ "$#" -eq "$FILES" ]; }
+unlink_names() { xargs rm -f < /tmp/names; }
+
+# The metadata jobs of one directory of FILES files of 4 KiB (the independent in-guest benchmark
+# of issue 14): create; stat of every name after drop_caches (one LOOKUP at a time); stat of them
+# again (revalidations); `find . -type f | xargs stat` after drop_caches (READDIRPLUS, then
+# stats); `ls -l` and a plain readdir after drop_caches; unlink of every name after drop_caches.
 meta() {
   d=$W/meta
   mkdir -p "$d"
@@ -52,27 +97,29 @@ meta() {
   result "create-${FILES}" "$(since "$t")" s
   [ "$1" = create ] && { rm -rf "$d"; return; }
   drop_caches
-  t=$(now)
-  xargs stat -c %s < /tmp/names | awk '$1 != 4096 { bad++ } END { exit bad > 0 }' || { echo "FAIL: stat"; rc=1; }
-  result "stat-${FILES}" "$(since "$t")" s
+  timed "stat-${FILES}" stat_names
+  timed "stat-again-${FILES}" stat_names
   drop_caches
-  t=$(now)
-  # shellcheck disable=SC2012 # `ls -l` is the workload; names are plain f0..fN
-  n=$(ls -l "$d" | wc -l)
-  result "ls-l-${FILES}" "$(since "$t")" s
-  [ "$n" -eq $((FILES + 1)) ] || { echo "FAIL: ls -l listed $n lines"; rc=1; }
+  timed "find-stat-${FILES}" find_stat "$d"
   drop_caches
-  t=$(now)
-  xargs rm -f < /tmp/names || { echo "FAIL: unlink"; rc=1; }
-  result "unlink-${FILES}" "$(since "$t")" s
+  timed "ls-l-${FILES}" ls_l "$d"
+  drop_caches
+  timed "readdir-${FILES}" readdir "$d"
+  drop_caches
+  timed "unlink-${FILES}" unlink_names
   rmdir "$d"
 }
 
 for job in $JOBS; do
   case "$job" in
-    seqwrite) fio_job seqwrite-1M 48 MiB/s --rw=write --bs=1M ;;
-    seqread) fio_job seqread-1M 7 MiB/s --rw=read --bs=1M ;;
-    randread) fio_job randread-4k-qd16 8 IOPS --rw=randread --bs=4k --ioengine=io_uring --iodepth=16 ;;
+    # One 1 MiB psync read at a time through the page cache (the guest's readahead decides what
+    # reaches the daemon), one pass over the file: the independent benchmark's job.
+    seqread) layout; seq_passes seqread-1M --rw=read --bs=1M ;;
+    seqread-direct) layout; fio_job seqread-1M-direct 7 MiB/s --rw=read --bs=1M --direct=1 \
+      --runtime="$RUNTIME" --time_based ;;
+    seqwrite) fio_job seqwrite-1M 48 MiB/s --rw=write --bs=1M --direct=1 --runtime="$RUNTIME" --time_based ;;
+    randread) layout; fio_job randread-4k-qd16 8 IOPS --rw=randread --bs=4k --ioengine=io_uring \
+      --iodepth=16 --direct=1 --runtime="$RUNTIME" --time_based ;;
     meta) meta all ;;
     create) meta create ;;
     *) echo "FAIL: unknown job $job"; rc=1 ;;

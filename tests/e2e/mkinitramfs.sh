@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Builds the tiny e2e guest initramfs from busybox-static.
 #
-#   tests/e2e/mkinitramfs.sh [--extra-bin FILE]... [--compress gzip|zstd] OUT.cpio.gz [TEST_SCRIPT]
+#   tests/e2e/mkinitramfs.sh [--extra-bin FILE]... [--module FILE.ko]... [--compress gzip|zstd]
+#                            OUT.cpio.gz [TEST_SCRIPT]
 #
 # TEST_SCRIPT (default: guest-fs-test.sh next to this file) is stored as /test.sh.
 # --extra-bin FILE (repeatable) adds a host binary as /bin/NAME; a dynamically linked one with every
 # library `ldd` lists and the dynamic loader at their host paths (used by benches/guest for fio),
 # a static one alone (tests/e2e/posix-probe).
+# --module FILE.ko (repeatable) adds a kernel module that /init loads with insmod, in the order
+# given, before it mounts the share (a guest kernel whose virtio/FUSE drivers are modules, such as
+# bookworm's 6.1 cloud kernel: see benches/guest/run.sh --kernel 6.1).
 # --compress zstd decompresses much faster in a TCG guest than the default gzip; use it for big
 # images. The /init
 # mounts proc/sys/dev, mounts the virtio-fs share on /mnt and runs `sh SCRIPT /mnt`, prints PASS/FAIL
@@ -24,10 +28,11 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-extra_bins=() compress=gzip
+extra_bins=() modules=() compress=gzip
 while [ $# -gt 0 ]; do
   case "$1" in
     --extra-bin) extra_bins+=("$2"); shift 2 ;;
+    --module) modules+=("$2"); shift 2 ;;
     --compress) compress=$2; shift 2 ;;
     *) break ;;
   esac
@@ -75,6 +80,12 @@ for bin in "${extra_bins[@]}"; do
     cp -L "$lib" "$root$lib"
   done < <(ldd "$bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
 done
+for ko in "${modules[@]}"; do
+  [ -f "$ko" ] || { echo "mkinitramfs: --module $ko is not a file" >&2; exit 1; }
+  mkdir -p "$root/lib/modules"
+  install -m 0644 "$ko" "$root/lib/modules/$(basename "$ko")"
+  basename "$ko" >> "$root/modules.list"
+done
 # Minimal passwd/group so `ls -l` / `stat` can print names; uid 1000 is the chown target.
 printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/tmp:/bin/sh\n' > "$root/etc/passwd"
 printf 'root:x:0:\nuser:x:1000:\n' > "$root/etc/group"
@@ -92,6 +103,12 @@ exec </dev/console >/dev/console 2>&1
 up() { cut -d' ' -f1 /proc/uptime; }
 boot_s=$(up)
 echo "E2E-INIT uptime=$boot_s kernel=$(uname -r)"
+
+if [ -f /modules.list ]; then
+  while read -r ko; do
+    insmod "/lib/modules/$ko" || echo "FAIL: insmod $ko"
+  done < /modules.list
+fi
 
 tag=share script=/test.sh mountopts='' gtimeout=0
 read -r cmdline < /proc/cmdline
