@@ -4,7 +4,6 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
 
 use super::file_handle::FileHandle;
 use super::inode_table::{Inode, InodeFd, InodeKey, InodeSource};
@@ -46,7 +45,7 @@ impl PassthroughFs {
                 }
                 let kind = st.stx_mode as u32 & libc::S_IFMT;
                 let (source, fd) = self.source_for(fd, kind, u64::from(key.mnt_id), name)?;
-                let inode = self.inodes.insert(Inode::new(key, kind, source));
+                let inode = self.inodes.insert(Inode::new(key, kind, source))?;
                 if let Some(fd) = fd {
                     self.cache_fd(&inode, fd);
                 }
@@ -143,12 +142,7 @@ impl PassthroughFs {
 
     /// An entry for the guest (LOOKUP, READDIRPLUS, every create): the owner translated to
     /// guest ids, as in [`PassthroughFs::attr`].
-    pub(super) fn entry(
-        &self,
-        inode: &Arc<Inode>,
-        mut attr: libc::statx,
-        attr_flags: u32,
-    ) -> Entry {
+    pub(super) fn entry(&self, inode: &Inode, mut attr: libc::statx, attr_flags: u32) -> Entry {
         self.cfg.ids.stat_to_guest(&mut attr);
         Entry {
             nodeid: inode.nodeid,
@@ -165,7 +159,7 @@ impl PassthroughFs {
     }
 
     /// The directory inode `parent` and an fd on it.
-    fn dir(&self, parent: u64) -> io::Result<Arc<Inode>> {
+    fn dir(&self, parent: u64) -> io::Result<Inode> {
         let inode = self.inodes.get(parent)?;
         if !inode.is_dir() {
             return Err(err(libc::ENOTDIR));

@@ -19,7 +19,8 @@ use crate::sync;
 const INLINE: usize = 13;
 
 /// A file handle (`handle_type` and bytes of `name_to_handle_at`), 16 bytes in all: an inode
-/// table entry holds one per inode, so it is kept small. The mount it belongs to is the inode
+/// table slot holds one per inode, so it is kept small, and each request on the inode takes a
+/// clone (inline bytes are copied; a long handle's bytes are shared, not copied). The mount it belongs to is the inode
 /// key's mount ID (statx's `STATX_MNT_ID` is the mount ID `name_to_handle_at` reports).
 ///
 /// Invariant: a handle's representation follows from its contents alone (`Inline` exactly when
@@ -32,7 +33,7 @@ pub enum FileHandle {
         len: u8,
         data: [u8; INLINE],
     },
-    Heap(Box<HeapHandle>),
+    Heap(Arc<HeapHandle>),
 }
 
 /// A handle too long (or of a type too large) to be kept inline.
@@ -65,7 +66,7 @@ impl FileHandle {
                     data,
                 }
             }
-            _ => FileHandle::Heap(Box::new(HeapHandle {
+            _ => FileHandle::Heap(Arc::new(HeapHandle {
                 handle_type,
                 bytes: bytes.into(),
             })),

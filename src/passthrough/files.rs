@@ -208,7 +208,7 @@ impl PassthroughFs {
         let st = sys::statx(path_fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
         let key = InodeKey::of(&st);
         let source = InodeSource::fd(path_fd, path_token);
-        let inode = self.inodes.insert(Inode::new(key, libc::S_IFREG, source));
+        let inode = self.inodes.insert(Inode::new(key, libc::S_IFREG, source))?;
         let fh = self.handles.insert(OpenFile::new(
             inode.nodeid,
             File::from(fd),
