@@ -32,7 +32,8 @@ use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT}
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueT;
-use vm_memory::{ByteValued, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::GuestMemory as _;
+use vm_memory::{ByteValued, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, MmapRegion};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -44,12 +45,14 @@ use crate::stall_watch::{StallWatch, TICK};
 use crate::worker_pool::WorkerPool;
 
 mod device_state;
+mod dirty_log;
 mod pause;
 
-/// Guest memory as the backend maps it. No dirty-page bitmap: the device does not offer
-/// `LOG_SHMFD` (no live migration), and vhost-user-backend's bitmap type takes a shared
-/// `RwLock` on every write to guest memory even when nothing is logged.
-pub type GuestMemory = GuestMemoryMmap<()>;
+use dirty_log::DirtyLog;
+
+/// Guest memory as the backend maps it: every write to it is logged while the frontend has set a
+/// dirty-page log (live migration; see [`dirty_log`]).
+pub type GuestMemory = GuestMemoryMmap<DirtyLog>;
 type Vring = VringRwLock<GuestMemoryAtomic<GuestMemory>>;
 type VringState = vhost_user_backend::VringState<GuestMemoryAtomic<GuestMemory>>;
 
@@ -405,7 +408,7 @@ fn notify(state: &mut VringState, event_idx: bool) -> io::Result<()> {
 }
 
 impl VhostUserBackend for VhostFsBackend {
-    type Bitmap = ();
+    type Bitmap = DirtyLog;
     type Vring = Vring;
 
     fn num_queues(&self) -> usize {
@@ -421,16 +424,31 @@ impl VhostUserBackend for VhostFsBackend {
             | 1 << VIRTIO_RING_F_INDIRECT_DESC
             | 1 << VIRTIO_RING_F_EVENT_IDX
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+            | VhostUserVirtioFeatures::LOG_ALL.bits()
+    }
+
+    /// Without `VHOST_F_LOG_ALL` no migration runs (any more): stop logging writes into a
+    /// dirty-page log the frontend has given up.
+    fn acked_features(&self, features: u64) {
+        if features & VhostUserVirtioFeatures::LOG_ALL.bits() == 0 {
+            if let Some(mem) = self.memory() {
+                mem.memory()
+                    .iter()
+                    .for_each(|r| MmapRegion::bitmap(r).stop());
+            }
+        }
     }
 
     /// No BACKEND_REQ: vhostfs sends the frontend no requests (no DAX window), and offering it
     /// without keeping the channel QEMU hands over (SET_BACKEND_REQ_FD) closes that channel at
     /// once, which QEMU reports as "Unexpected end-of-file before all data were read" in every
     /// domain log (tests/e2e/libvirt.sh checks there is none).
+    /// LOG_SHMFD: dirty-page logging for live migration.
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
         let mut f = VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::LOG_SHMFD
             | VhostUserProtocolFeatures::DEVICE_STATE;
         if self.inner.tag.is_some() {
             f |= VhostUserProtocolFeatures::CONFIG;

@@ -527,6 +527,11 @@ impl TestGuest {
     ) -> io::Result<Option<u32>> {
         raw_chain_on(self.hiprio_queue(), descs, timeout)
     }
+
+    /// Guest addresses of request queue `q`'s descriptor table, available ring and used ring.
+    pub fn ring_addrs(&self, q: usize) -> io::Result<(u64, u64, u64)> {
+        Ok(self.request_queue(q)?.addrs())
+    }
 }
 
 fn raw_chain_on(

@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod daemon;
+pub mod dirty_log;
 pub mod frontend;
 pub mod fuse_abi;
 pub mod fuse_client;
