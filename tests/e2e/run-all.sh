@@ -19,7 +19,8 @@
 #   E2E_SUBMOUNTS=0 skip submounts.sh (3 boots, ~3.5 min; run for a vhostfs binary only).
 #   E2E_CASES       run only these cases (space-separated names, e.g. "mmap-allow mmap-deny";
 #                   "submounts" for submounts.sh, "libvirt" for libvirt.sh: 3 boots, ~2 min,
-#                   "systemd-nspawn" for systemd.sh: systemd in a container, 1 boot, ~20 s).
+#                   "systemd-nspawn" for systemd.sh: systemd in a container, 1 boot, ~20 s;
+#                   "migration" for migration.sh: 3 boots, 6 QEMUs, ~65 s).
 #   VHOSTFS_GUEST_DIR, QEMU, E2E_MEM, E2E_SMP: see run-guest.sh.
 # Must run as root (chown to 1000:1000 in the guest needs a root daemon).
 set -euo pipefail
@@ -304,6 +305,10 @@ fi
 # A real libvirt (system and session libvirtd, started by hand) starts vhostfs for TCG domains:
 # <binary path=...>, discovery through 50-vhostfs.json, <idmap> (~50 s; vhostfs only).
 run_script libvirt libvirt.sh "libvirt 11 starts vhostfs (binary path, JSON discovery, idmap)"
+# Live migration between two QEMUs, each with its own vhostfs on the same share, while the guest
+# writes and reads open files: find-paths, file-handles, KubeVirt's line with a file renamed by the
+# host between save and load (1 boot per case, ~20 s each; vhostfs only).
+run_script migration migration.sh "live migration between two QEMUs (find-paths, file-handles, KubeVirt's line)"
 # systemd as PID 1 of a container (systemd-nspawn) drives vhostfs@share.socket/.service installed
 # by contrib/install.sh from this tree; QEMU connects through the socket (~20 s).
 run_script systemd-nspawn systemd.sh "vhostfs@share.socket/.service under systemd in a container"
