@@ -205,13 +205,14 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
-/// The features `--print-capabilities` lists: virtiofsd 1.14's, in its order, but only those
-/// vhostfs implements. `posix-acl-negotiation-mode` and `security-label-negotiation-mode`:
-/// `--posix-acl` and `--security-label` take `never|auto|always`; `separate-options`: options
-/// are given one by one rather than through `-o` (libvirt then does so). Not
-/// `migrate-precopy`: vhostfs does not migrate yet, and libvirt allows migrating a domain with
-/// a virtio-fs device only when its daemon lists it.
-pub const FEATURES: [&str; 3] = [
+/// The features `--print-capabilities` lists: virtiofsd 1.14's, in its order, each one vhostfs
+/// implements. `migrate-precopy`: live migration (dirty-page logging and the device state over
+/// vhost-user; libvirt allows migrating a domain with a virtio-fs device only when its daemon
+/// lists it); `posix-acl-negotiation-mode` and `security-label-negotiation-mode`: `--posix-acl`
+/// and `--security-label` take `never|auto|always`; `separate-options`: options are given one
+/// by one rather than through `-o` (libvirt then does so).
+pub const FEATURES: [&str; 4] = [
+    "migrate-precopy",
     "posix-acl-negotiation-mode",
     "security-label-negotiation-mode",
     "separate-options",

@@ -115,6 +115,13 @@ fn libvirt_capabilities() -> Vec<String> {
         .collect()
 }
 
+/// libvirt 11 allows migrating a domain with a virtio-fs device only when its daemon lists
+/// `migrate-precopy` (tests/e2e/migration.sh migrates such a guest between two QEMUs).
+#[test]
+fn libvirt_sees_migrate_precopy() {
+    assert!(libvirt_capabilities().contains(&"migrate-precopy".to_string()));
+}
+
 #[test]
 fn libvirt_separate_options() {
     assert!(libvirt_capabilities().contains(&"separate-options".to_string()));
