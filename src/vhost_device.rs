@@ -19,7 +19,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
@@ -46,7 +46,11 @@ use crate::worker_pool::WorkerPool;
 
 mod device_state;
 mod dirty_log;
+mod memory;
 mod pause;
+mod ring;
+
+use ring::{add_used, notify, waiting};
 
 use dirty_log::DirtyLog;
 
@@ -116,6 +120,9 @@ struct Inner {
     pool: Option<WorkerPool>,
     /// Pool threads draining a queue right now (at most the pool's size).
     helpers: AtomicUsize,
+    /// The guest memory map the queue threads use: the last one the frontend sent that passed
+    /// the checks (see `update_memory`). Every guest memory access of a queue thread goes
+    /// through it, never through the vring's own view of the memory.
     mem: RwLock<Option<GuestMemoryAtomic<GuestMemory>>>,
     event_idx: AtomicBool,
     tag: Option<[u8; 36]>,
@@ -126,6 +133,8 @@ struct Inner {
     /// Requests in flight and chains waiting, per queue (for the metrics, and to know when a
     /// state can be saved).
     gauges: Arc<QueueGauges>,
+    /// Per queue: its last kick failed (a broken ring, no memory table), which was logged.
+    broken: Vec<AtomicBool>,
     /// The consumer fds of the exit events handed to vhost-user-backend, which leaks them;
     /// closed by [`VhostFsBackend::finish`].
     exit_consumers: Mutex<Vec<RawFd>>,
@@ -174,6 +183,7 @@ impl VhostFsBackend {
             vrings: (0..queues).map(|_| OnceLock::new()).collect(),
             watch: StallWatch::new(queues),
             gauges: Arc::new(QueueGauges::new(queues)),
+            broken: (0..queues).map(|_| AtomicBool::new(false)).collect(),
             exit_consumers: Mutex::default(),
             transfer: Mutex::new(None),
             paused: AtomicBool::new(false),
@@ -200,13 +210,7 @@ impl VhostFsBackend {
         while Arc::strong_count(&self.inner) > 1 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        for fd in crate::sync::lock(&self.inner.exit_consumers).drain(..) {
-            // SAFETY: `exit_event` handed this fd to vhost-user-backend 0.22, whose
-            // `VringEpollHandler::new` registers it with its epoll through `into_raw_fd` and
-            // never closes it; that epoll and everything else that could use the fd are gone
-            // (nothing refers to the backend any more), so it is ours to close, once.
-            drop(unsafe { OwnedFd::from_raw_fd(fd) });
-        }
+        ring::close_exit_events(crate::sync::lock(&self.inner.exit_consumers).drain(..));
     }
 
     /// Requests in flight and queue depth, per queue (0: high priority, 1..: requests).
@@ -228,23 +232,28 @@ impl VhostFsBackend {
         let event_idx = self.inner.event_idx.load(Ordering::Relaxed);
         loop {
             if event_idx {
-                vring.disable_notification().map_err(io::Error::other)?;
+                let mem = atomic.memory();
+                let mut state = vring.get_mut();
+                let q = state.get_queue_mut();
+                q.disable_notification(&*mem).map_err(io::Error::other)?;
             }
             self.drain(vring, &atomic, event_idx, queue, true)?;
-            if self.inner.paused.load(Ordering::SeqCst) {
+            if self.inner.paused.load(Ordering::SeqCst) || !event_idx {
                 return Ok(());
             }
             // With EVENT_IDX, re-enable notifications and look again: the guest may have added
             // chains after the last pop and before it saw notifications enabled. Not once the
             // frontend stopped the queue (GET_VRING_BASE): the ring is not ours to write (a
             // migration's destination may serve it) and pops nothing ("look again" would spin).
-            if !event_idx {
+            // What counts is what the drain counts ([`waiting`]).
+            let mem = atomic.memory();
+            let mut state = vring.get_mut();
+            let q = state.get_queue_mut();
+            if !q.ready() {
                 return Ok(());
             }
-            let mut state = vring.get_mut();
-            if !state.get_queue().ready()
-                || !state.enable_notification().map_err(io::Error::other)?
-            {
+            q.enable_notification(&*mem).map_err(io::Error::other)?;
+            if waiting(q, &*mem)? == 0 {
                 return Ok(());
             }
         }
@@ -288,19 +297,24 @@ impl VhostFsBackend {
                 let mut state = vring.get_mut();
                 let mut urgent = false;
                 if let Some((head, used, bulk)) = served.take() {
-                    if add_used(&mut state, head, used)? {
+                    if add_used(&mut state, &mem, head, used)? {
                         unsignalled += 1;
                         urgent = bulk;
                     }
                 }
                 if self.inner.paused.load(Ordering::SeqCst) {
                     if unsignalled > 0 {
-                        notify(&mut state, event_idx)?;
+                        notify(&mut state, &mem, event_idx)?;
                     }
                     return Ok(());
                 }
                 let q = state.get_queue_mut();
-                let chain = q.pop_descriptor_chain(mem.clone());
+                let chain = match waiting(q, &*mem)? {
+                    0 => None,
+                    _ => Some(q.pop_descriptor_chain(mem.clone()).ok_or_else(|| {
+                        io::Error::other("the guest's available ring cannot be read")
+                    })?),
+                };
                 let backlog = match &chain {
                     Some(_) => q
                         .avail_idx(&*mem, Ordering::Acquire)
@@ -309,7 +323,7 @@ impl VhostFsBackend {
                 };
                 gauges.set_depth(queue, backlog);
                 if unsignalled > 0 && (urgent || backlog == 0 || unsignalled >= NOTIFY_BATCH) {
-                    notify(&mut state, event_idx)?;
+                    notify(&mut state, &mem, event_idx)?;
                     unsignalled = 0;
                 }
                 // Counted before the lock goes: a stopped queue has nothing popped uncounted.
@@ -371,10 +385,10 @@ impl VhostFsBackend {
             if !state.get_queue().ready() {
                 return;
             }
-            if let Err(e) = notify(&mut state, event_idx) {
+            let mem = atomic.memory();
+            if let Err(e) = notify(&mut state, &mem, event_idx) {
                 log::debug!("queue {queue}: cannot notify the guest: {e}");
             }
-            let mem = atomic.memory();
             let q = state.get_queue();
             q.avail_idx(&*mem, Ordering::Acquire)
                 .map_or(0, |avail| avail.0.wrapping_sub(q.next_avail()))
@@ -384,27 +398,6 @@ impl VhostFsBackend {
             self.recruit_helper(queue, vring, &atomic, event_idx);
         }
     }
-}
-
-/// Puts a served chain in the used ring; `false` if it was dropped. A request that completes
-/// after the frontend stopped the ring (GET_VRING_BASE: device reset, VM stop) is dropped: the
-/// ring may already be someone else's memory, and the guest gave it up.
-fn add_used(state: &mut VringState, head: u16, used: u32) -> io::Result<bool> {
-    if !state.get_queue().ready() {
-        log::debug!("request completed after its queue was stopped: dropped");
-        return Ok(false);
-    }
-    state.add_used(head, used).map_err(io::Error::other)?;
-    Ok(true)
-}
-
-/// Notifies the guest of the used entries added since the last notification, if it wants to be
-/// (with EVENT_IDX, only when its `used_event` lies among them).
-fn notify(state: &mut VringState, event_idx: bool) -> io::Result<()> {
-    if !event_idx || state.needs_notification().map_err(io::Error::other)? {
-        state.signal_used_queue()?;
-    }
-    Ok(())
 }
 
 impl VhostUserBackend for VhostFsBackend {
@@ -489,9 +482,13 @@ impl VhostUserBackend for VhostFsBackend {
         bytes[start..end].to_vec()
     }
 
+    /// The queue threads see a map only once it is checked (see [`memory`]): they read guest
+    /// memory through the backend's own atomic, never the handler's, which already holds the
+    /// new map when this is called. A refused map is also taken back out of the handler's.
     fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemory>) -> io::Result<()> {
-        *crate::sync::write(&self.inner.mem) = Some(mem);
-        Ok(())
+        let checked = memory::checked(&mem);
+        *crate::sync::write(&self.inner.mem) = checked.as_ref().ok().cloned();
+        checked.map(drop)
     }
 
     /// One worker thread per queue.
@@ -525,7 +522,12 @@ impl VhostUserBackend for VhostFsBackend {
         if let Some(slot) = self.inner.vrings.get(thread) {
             slot.get_or_init(|| vring.clone());
         }
-        self.process_queue(thread, vring)
+        // A failed kick must not end the queue's thread (see `ring::report`).
+        let served = self.process_queue(thread, vring);
+        match self.inner.broken.get(thread) {
+            Some(broken) => ring::report(broken, thread, served),
+            None => served,
+        }
     }
 }
 

@@ -1,0 +1,98 @@
+//! What a queue thread does to a ring, under the vring's lock, always through the backend's
+//! checked memory map (never the vring's own view of the memory, see `Inner::mem`); what a
+//! failed kick leaves; the exit events vhost-user-backend leaks.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use virtio_queue::QueueT;
+
+use super::{GuestMemory, VringState};
+
+/// Chains the guest made available and the device has not popped yet (none while the queue is
+/// not ready, as virtio-queue's pop sees it). A ring that cannot be
+/// read, or an avail index more than the queue's size ahead, is an error: virtio-queue's pop then
+/// returns `None` without moving on, while the index still says chains wait, and a drain that
+/// took that for an empty queue would spin on it forever.
+pub(super) fn waiting<M: vm_memory::GuestMemory>(
+    q: &virtio_queue::Queue,
+    mem: &M,
+) -> io::Result<u16> {
+    // A stopped queue (GET_VRING_BASE) is served again once restarted: nothing waits meanwhile.
+    if !q.ready() || q.avail_ring() == 0 {
+        return Ok(0);
+    }
+    let avail = q
+        .avail_idx(mem, Ordering::Acquire)
+        .map_err(|e| io::Error::other(format!("the guest's avail index cannot be read: {e}")))?;
+    let n = avail.0.wrapping_sub(q.next_avail());
+    if n > q.size() {
+        return Err(io::Error::other(format!(
+            "the guest's avail index {} is {n} entries ahead of the device's {}, in a queue of {}",
+            avail.0,
+            q.next_avail(),
+            q.size()
+        )));
+    }
+    Ok(n)
+}
+
+/// Puts a served chain in the used ring; `false` if it was dropped. A request that completes
+/// after the frontend stopped the ring (GET_VRING_BASE: device reset, VM stop) is dropped: the
+/// ring may already be someone else's memory, and the guest gave it up.
+pub(super) fn add_used(
+    state: &mut VringState,
+    mem: &GuestMemory,
+    head: u16,
+    used: u32,
+) -> io::Result<bool> {
+    if !state.get_queue().ready() {
+        log::debug!("request completed after its queue was stopped: dropped");
+        return Ok(false);
+    }
+    let q = state.get_queue_mut();
+    q.add_used(mem, head, used).map_err(io::Error::other)?;
+    Ok(true)
+}
+
+/// Notifies the guest of the used entries added since the last notification, if it wants to be
+/// (with EVENT_IDX, only when its `used_event` lies among them).
+pub(super) fn notify(state: &mut VringState, mem: &GuestMemory, event_idx: bool) -> io::Result<()> {
+    if !event_idx
+        || state
+            .get_queue_mut()
+            .needs_notification(mem)
+            .map_err(io::Error::other)?
+    {
+        state.signal_used_queue()?;
+    }
+    Ok(())
+}
+
+/// After a kick: an error (a broken ring, no memory table) is logged once until the queue works
+/// again, and `Ok`: an `Err` would end the queue's thread, silently, and the queue with it,
+/// even after the guest resets it; the next kick tries again.
+pub(super) fn report(broken: &AtomicBool, queue: usize, served: io::Result<()>) -> io::Result<()> {
+    match served {
+        Ok(()) if broken.load(Ordering::Relaxed) => broken.store(false, Ordering::Relaxed),
+        Ok(()) => {}
+        Err(e) if !broken.swap(true, Ordering::Relaxed) => {
+            log::error!("queue {queue}: {e}: not served until the guest fixes or resets it");
+        }
+        Err(_) => {}
+    }
+    Ok(())
+}
+
+/// Closes the consumer fds of the exit events, once the daemon they were handed to is gone.
+pub(super) fn close_exit_events(fds: impl Iterator<Item = RawFd>) {
+    for fd in fds {
+        // SAFETY: `exit_event` handed this fd to vhost-user-backend 0.22, whose
+        // `VringEpollHandler::new` registers it with its epoll through `into_raw_fd` and never
+        // closes it; `VhostFsBackend::finish` calls this once that epoll and everything else
+        // that could use the fd are gone (nothing refers to the backend any more): it is ours
+        // to close, once.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+}
