@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use vhost::vhost_user::Listener;
 
@@ -77,26 +77,46 @@ impl SocketGroup {
 }
 
 /// Binds and listens on `path`: mode 0700, or 0770 and `group` as its group.
+///
+/// The socket appears at `path` only once it has its mode and group: with a group it is bound
+/// under a staging name beside `path`, given the group and renamed into place, so a member of
+/// the group never finds it there owned by our own group (and is never refused in that window).
 pub(super) fn bind_socket(
     path: &Path,
     group: Option<&SocketGroup>,
 ) -> Result<UnixListener, String> {
+    let staging = match group {
+        Some(_) => {
+            let mut name = path.as_os_str().to_os_string();
+            name.push(format!(".{}", std::process::id()));
+            PathBuf::from(name)
+        }
+        None => path.to_path_buf(),
+    };
     // The mode comes from the umask at bind time (not a chmod after), so the socket is never
     // connectable by more than it should be. The process umask is 0 otherwise.
     let old = umask(if group.is_some() { 0o007 } else { 0o077 });
-    let bound = UnixListener::bind(path);
+    let _ = fs::remove_file(&staging);
+    let bound = UnixListener::bind(&staging);
     umask(old);
     let listener = bound.map_err(|e| format!("socket {}: {e}", path.display()))?;
     if let Some(g) = group {
         // By path: a chown of the fd would change the socket, not the file QEMU connects to.
-        if let Err(e) = std::os::unix::fs::lchown(path, None, Some(g.gid)) {
-            let _ = fs::remove_file(path);
-            return Err(format!(
-                "socket {}: cannot give it the group {} (gid {}) of --socket-group: {e}",
-                path.display(),
-                g.name,
-                g.gid
-            ));
+        let placed = std::os::unix::fs::lchown(&staging, None, Some(g.gid))
+            .map_err(|e| {
+                format!(
+                    "socket {}: cannot give it the group {} (gid {}) of --socket-group: {e}",
+                    path.display(),
+                    g.name,
+                    g.gid
+                )
+            })
+            .and_then(|()| {
+                fs::rename(&staging, path).map_err(|e| format!("socket {}: {e}", path.display()))
+            });
+        if let Err(e) = placed {
+            let _ = fs::remove_file(&staging);
+            return Err(e);
         }
     }
     Ok(listener)
