@@ -309,18 +309,15 @@ impl VhostFsBackend {
                     return Ok(());
                 }
                 let q = state.get_queue_mut();
-                let chain = match waiting(q, &*mem)? {
+                let queued = waiting(q, &*mem)?;
+                let chain = match queued {
                     0 => None,
                     _ => Some(q.pop_descriptor_chain(mem.clone()).ok_or_else(|| {
                         io::Error::other("the guest's available ring cannot be read")
                     })?),
                 };
-                let backlog = match &chain {
-                    Some(_) => q
-                        .avail_idx(&*mem, Ordering::Acquire)
-                        .map_or(0, |avail| avail.0.wrapping_sub(q.next_avail())),
-                    None => 0,
-                };
+                // The chains behind the one popped, from the avail index `waiting` just read.
+                let backlog = queued.saturating_sub(1);
                 gauges.set_depth(queue, backlog);
                 if unsignalled > 0 && (urgent || backlog == 0 || unsignalled >= NOTIFY_BATCH) {
                     notify(&mut state, &mem, event_idx)?;
