@@ -6,7 +6,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use clap::{Arg, ArgAction, ArgGroup, Command};
+use clap::{ArgGroup, Command};
+
+use super::subcommand::{option, socket_path};
 
 /// Where the metrics are served (`--metrics`): a UNIX socket, or TCP on a loopback address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,13 +84,6 @@ pub enum StatsTarget {
 
 /// The `vhostfs stats` command line.
 fn stats_command() -> Command {
-    let one = |id: &'static str, value: &'static str, help: &'static str| {
-        Arg::new(id)
-            .long(id)
-            .value_name(value)
-            .help(help)
-            .action(ArgAction::Set)
-    };
     Command::new("vhostfs stats")
         .about(
             "Print a table of a running vhostfs's metrics (it must run with --metrics); name the \
@@ -96,27 +91,20 @@ fn stats_command() -> Command {
         )
         .disable_version_flag(true)
         .arg(
-            one(
+            option(
                 "metrics",
                 "unix:PATH|tcp:127.0.0.1:PORT",
                 "The daemon's --metrics address",
             )
             .value_parser(|s: &str| s.parse::<MetricsAddr>()),
         )
+        .arg(socket_path())
         .arg(
-            one(
-                "socket-path",
-                "SOCKET_PATH",
-                "The daemon's vhost-user socket (its pid file <SOCKET_PATH>.pid names it)",
-            )
-            .value_parser(clap::value_parser!(PathBuf)),
-        )
-        .arg(
-            one("pid-file", "FILE", "The daemon's pid file")
+            option("pid-file", "FILE", "The daemon's pid file")
                 .value_parser(clap::value_parser!(PathBuf)),
         )
         .arg(
-            one(
+            option(
                 "pid",
                 "PID",
                 "The daemon's pid (e.g. systemctl show -P MainPID vhostfs@NAME)",

@@ -4,7 +4,9 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Arg, ArgAction, ArgGroup, Command};
+use clap::{ArgGroup, Command};
+
+use super::subcommand::{option, socket_path};
 
 /// Which daemon `vhostfs upgrade` hands over to a new process, and how long it waits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,33 +24,19 @@ pub enum UpgradeDaemon {
 }
 
 fn command() -> Command {
-    let one = |id: &'static str, value: &'static str, help: &'static str| {
-        Arg::new(id)
-            .long(id)
-            .value_name(value)
-            .help(help)
-            .action(ArgAction::Set)
-    };
     Command::new("vhostfs upgrade")
         .about(
             "Hand a running vhostfs's session over to a new process of its binary (SIGHUP) and \
              wait until that process serves; exit 0 then, or non-zero with the reason",
         )
         .disable_version_flag(true)
+        .arg(socket_path())
         .arg(
-            one(
-                "socket-path",
-                "SOCKET_PATH",
-                "The daemon's vhost-user socket (its pid file <SOCKET_PATH>.pid names it)",
-            )
-            .value_parser(clap::value_parser!(PathBuf)),
-        )
-        .arg(
-            one("pid", "PID", "The daemon's pid (e.g. systemd's $MAINPID)")
+            option("pid", "PID", "The daemon's pid (e.g. systemd's $MAINPID)")
                 .value_parser(clap::value_parser!(u32)),
         )
         .arg(
-            one(
+            option(
                 "timeout",
                 "SECONDS",
                 "How long to wait for the outcome [default: 60]",
