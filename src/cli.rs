@@ -26,6 +26,7 @@ mod cache_mode;
 mod compat;
 mod metrics;
 mod options;
+mod subcommand;
 mod upgrade;
 
 pub use cache_mode::CacheMode;

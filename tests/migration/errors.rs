@@ -137,6 +137,23 @@ fn unlinked_open_file_migrates_by_file_handle() {
     assert_eq!(c.getattr(s.data.nodeid, None).unwrap().attr.nlink, 0);
 }
 
+/// Saves, lets the host `change` the share, then loads into the destination.
+fn migrate_after_change(p: &mut Pair, change: fn(&Pair)) {
+    let saved = p.c().guest().save_state().unwrap();
+    change(p);
+    p.migrate_with(&saved).unwrap();
+}
+
+/// `data`, renamed to `dir/moved`, is served through its old fh and found under its new name.
+fn data_found_moved(c: &FuseClient, s: &Scene) {
+    assert_eq!(
+        c.read(s.data.nodeid, s.data_fh, 0, 10).unwrap(),
+        b"0123456789"
+    );
+    let dir = c.lookup(1, "dir").unwrap();
+    assert_eq!(c.lookup(dir.nodeid, "moved").unwrap().nodeid, s.data.nodeid);
+}
+
 fn rename(p: &Pair) {
     fs::rename(p.shared.join("dir/data"), p.shared.join("dir/moved")).unwrap();
 }
@@ -147,13 +164,7 @@ fn renamed_before_the_save_migrates_by_path() {
     let s = scene(&p);
     rename(&p);
     p.migrate();
-    let c = p.c();
-    assert_eq!(
-        c.read(s.data.nodeid, s.data_fh, 0, 10).unwrap(),
-        b"0123456789"
-    );
-    let dir = c.lookup(1, "dir").unwrap();
-    assert_eq!(c.lookup(dir.nodeid, "moved").unwrap().nodeid, s.data.nodeid);
+    data_found_moved(p.c(), &s);
 }
 
 #[test]
@@ -167,9 +178,7 @@ fn renamed_between_save_and_load_find_paths_abort() {
 fn renamed_between_save_and_load_find_paths_guest_error() {
     let mut p = start(FIND, &guest_error(FIND));
     let s = scene(&p);
-    let saved = p.c().guest().save_state().unwrap();
-    rename(&p);
-    p.migrate_with(&saved).unwrap();
+    migrate_after_change(&mut p, rename);
     only_data_lost(p.c(), &s);
 }
 
@@ -177,16 +186,8 @@ fn renamed_between_save_and_load_find_paths_guest_error() {
 fn renamed_between_save_and_load_migrates_by_file_handle() {
     let mut p = start(HANDLES, HANDLES);
     let s = scene(&p);
-    let saved = p.c().guest().save_state().unwrap();
-    rename(&p);
-    p.migrate_with(&saved).unwrap();
-    let c = p.c();
-    assert_eq!(
-        c.read(s.data.nodeid, s.data_fh, 0, 10).unwrap(),
-        b"0123456789"
-    );
-    let dir = c.lookup(1, "dir").unwrap();
-    assert_eq!(c.lookup(dir.nodeid, "moved").unwrap().nodeid, s.data.nodeid);
+    migrate_after_change(&mut p, rename);
+    data_found_moved(p.c(), &s);
 }
 
 /// Another file takes `dir/data`'s name (the old one stays open in the source).
@@ -200,9 +201,7 @@ fn replaced_between_save_and_load_is_served_as_the_old_file_without_verify_handl
     // What docs/migration.md warns about: the path opens, the file is another.
     let mut p = start(FIND, FIND);
     let s = scene(&p);
-    let saved = p.c().guest().save_state().unwrap();
-    replace(&p);
-    p.migrate_with(&saved).unwrap();
+    migrate_after_change(&mut p, replace);
     assert_eq!(
         p.c().read(s.data.nodeid, s.data_fh, 0, 10).unwrap(),
         b"OTHER FILE"
@@ -220,9 +219,7 @@ fn replaced_between_save_and_load_verify_handles_abort() {
 fn replaced_between_save_and_load_verify_handles_guest_error() {
     let mut p = start(VERIFY, &guest_error(VERIFY));
     let s = scene(&p);
-    let saved = p.c().guest().save_state().unwrap();
-    replace(&p);
-    p.migrate_with(&saved).unwrap();
+    migrate_after_change(&mut p, replace);
     only_data_lost(p.c(), &s);
 }
 
