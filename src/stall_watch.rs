@@ -153,6 +153,17 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Instant;
 
+    /// How late a rescue may come on a loaded machine (two ticks when the watcher gets a core).
+    const RESCUE_BOUND: Duration = Duration::from_millis(500);
+
+    /// Waits until `calls` has `n` rescues, or `bound` has passed.
+    fn rescued_within(calls: &Mutex<Vec<(usize, Instant)>>, n: usize, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        while calls.lock().unwrap().len() < n && Instant::now() < deadline {
+            std::thread::sleep(TICK);
+        }
+    }
+
     #[test]
     fn a_long_request_is_rescued_once_and_short_ones_never() {
         let watch = StallWatch::new(2);
@@ -167,16 +178,19 @@ mod tests {
         }
         std::thread::sleep(TICK * 3);
         assert!(calls.lock().unwrap().is_empty());
-        // One long request on queue 1: rescued once, within two ticks (plus scheduling).
+        // One long request on queue 1: rescued once while it runs, within two ticks plus
+        // scheduling: on a loaded 2-core machine the watcher can wait tens of ms for a core,
+        // so the request runs until it is rescued (or the bound has passed) and a while after.
         let start = Instant::now();
         {
             let _s = watch.serving(1).unwrap();
+            rescued_within(&calls, 1, RESCUE_BOUND);
             std::thread::sleep(TICK * 6);
         }
         let got = calls.lock().unwrap().clone();
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got[0].0, 1);
-        assert!(got[0].1 - start < TICK * 5, "{:?}", got[0].1 - start);
+        assert!(got[0].1 - start < RESCUE_BOUND, "{:?}", got[0].1 - start);
         // Idle, the watcher parks; it wakes for the next long request.
         std::thread::sleep(TICK * (IDLE_TICKS + 4));
         assert!(
@@ -185,7 +199,7 @@ mod tests {
         );
         {
             let _s = watch.serving(0).unwrap();
-            std::thread::sleep(TICK * 4);
+            rescued_within(&calls, 2, RESCUE_BOUND);
         }
         assert_eq!(calls.lock().unwrap().len(), 2);
         assert!(watch.serving(7).is_none());

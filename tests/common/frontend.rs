@@ -499,6 +499,10 @@ impl TestGuest {
                 None => std::thread::sleep(Duration::from_micros(50)),
             }
         }
+        // The daemon signals after it publishes the used index: the last reply can be seen
+        // before its notification is sent. Everything it sends for the burst has been sent a
+        // moment later.
+        std::thread::sleep(Duration::from_millis(20));
         let notifications = vq.call_fd().read().unwrap_or(0);
         Ok((
             replies.into_iter().map(Option::unwrap).collect(),
