@@ -222,23 +222,33 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // IDs) would not match the handed-over ones.
     let upgrader = match cfg.sandbox {
         SandboxMode::Namespace => None,
-        _ => Some(Arc::new(upgrade::Upgrader::new(
-            upgrade::Launcher::start(upgrade::binary_path(), &upgrade::arguments())
-                .map_err(|e| format!("the upgrade launcher: {e}"))?,
-            dup(listener.as_raw_fd())?,
-            lock(&owned)
+        _ => {
+            let pid_file = lock(&owned)
                 .pid_file
                 .as_ref()
                 .map(|p| p.fd().try_clone_to_owned())
                 .transpose()
-                .map_err(|e| format!("dup: {e}"))?,
-            metrics_listener
-                .as_ref()
-                .map(|l| l.fd().try_clone_to_owned())
-                .transpose()
-                .map_err(|e| format!("dup: {e}"))?,
-            notifier.clone(),
-        ))),
+                .map_err(|e| format!("dup: {e}"))?;
+            let launcher = upgrade::Launcher::start(
+                upgrade::binary_path(),
+                &upgrade::arguments(),
+                lock(&owned).leftovers()?,
+            )
+            .map_err(|e| format!("the upgrade launcher: {e}"))?;
+            // From here the launcher alone removes them, once this process has exited.
+            lock(&owned).disarm();
+            Some(Arc::new(upgrade::Upgrader::new(
+                launcher,
+                dup(listener.as_raw_fd())?,
+                pid_file,
+                metrics_listener
+                    .as_ref()
+                    .map(|l| l.fd().try_clone_to_owned())
+                    .transpose()
+                    .map_err(|e| format!("dup: {e}"))?,
+                notifier.clone(),
+            )))
+        }
     };
     let sandbox = Sandbox::enter(&sandbox_cfg, created)?;
     let fs_cfg = FsConfig {
@@ -269,15 +279,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
             "O_PATH fd"
         }
     );
-    if cfg.sandbox != SandboxMode::None {
+    if cfg.sandbox == SandboxMode::Namespace {
         // From `confine` on, host paths resolve inside the share: nothing may be removed by
-        // path any more. In `namespace` mode the supervisor removes the socket and pid file
-        // when the daemon exits; in `chroot` mode they stay behind, and are reused (stale) by
-        // the next start. The pid file's lock stays held until the process exits.
-        let mut disarmed = std::mem::take(&mut *lock(&owned));
-        disarmed.socket = None;
-        disarmed.metrics_socket = None;
-        std::mem::forget(disarmed.pid_file.take());
+        // path any more. The supervisor removes the socket and pid file when the daemon exits
+        // (under `chroot` and `none`, the launcher).
+        lock(&owned).disarm();
     }
     // A `file-handles` migration destination opens the source's handles, whatever this
     // daemon's own inodes use.
@@ -357,12 +363,40 @@ pub fn run(cfg: Config) -> Result<(), String> {
 }
 
 /// What the daemon created on the host and removes when it exits: the socket it bound (not an
-/// inherited one), the metrics socket and its pid file.
+/// inherited one), the metrics socket and its pid file. Only until it is confined: then the
+/// supervisor (`namespace`) or the upgrade launcher (`chroot`, `none`: Landlock refuses a
+/// removal outside the share) removes them once the daemon has exited, and this is disarmed.
 #[derive(Default)]
 struct Owned {
     socket: Option<PathBuf>,
     metrics_socket: Option<PathBuf>,
     pid_file: Option<PidFile>,
+}
+
+impl Owned {
+    /// What the upgrade launcher removes in our place (the pid file as a duplicate of its fd).
+    fn leftovers(&self) -> Result<upgrade::launcher::Leftovers, String> {
+        let pid_file = match &self.pid_file {
+            Some(p) => Some((p.path().to_path_buf(), dup(p.fd().as_raw_fd())?)),
+            None => None,
+        };
+        Ok(upgrade::launcher::Leftovers {
+            sockets: [&self.socket, &self.metrics_socket]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect(),
+            pid_file,
+        })
+    }
+
+    /// Nothing is removed by path any more; the pid file's lock stays held until exit.
+    fn disarm(&mut self) {
+        let mut disarmed = std::mem::take(self);
+        disarmed.socket = None;
+        disarmed.metrics_socket = None;
+        std::mem::forget(disarmed.pid_file.take());
+    }
 }
 
 impl Drop for Owned {

@@ -341,3 +341,67 @@ fn the_listening_socket_moves_too() {
     s.check_serving("next-guest");
     assert_eq!(pid_in_file(&s.socket), Some(second));
 }
+
+/// Whether `<socket>.pid` and the socket are gone, within 2 s (the launcher removes them once
+/// the daemon has exited).
+fn cleaned_up(socket: &Path) -> (bool, bool) {
+    let mut pid_file = socket.as_os_str().to_owned();
+    pid_file.push(".pid");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while (Path::new(&pid_file).exists() || socket.exists()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (!Path::new(&pid_file).exists(), !socket.exists())
+}
+
+/// The process an upgrade started is no child of the first, and is confined (no host path
+/// resolves under chroot, Landlock refuses a removal outside the share under none): the socket
+/// and pid file it took over are still removed when it exits, also after a failed upgrade; so
+/// are a confined daemon's own on SIGTERM.
+#[test]
+fn the_socket_and_pid_file_go_when_the_last_process_exits() {
+    for mode in ["--sandbox=none", "--sandbox=chroot"] {
+        let mut s = start(&[mode]);
+        let first = s.first.pid();
+        let real = s.bin.with_extension("real");
+        fs::rename(&s.bin, &real).unwrap();
+        let (ok, out) = s.upgrade_command();
+        assert!(
+            !ok,
+            "{mode}: an upgrade to a missing binary succeeded: {out}"
+        );
+        fs::rename(&real, &s.bin).unwrap();
+        // SAFETY: kill with integer arguments.
+        assert_eq!(unsafe { libc::kill(first as i32, libc::SIGHUP) }, 0);
+        let second = s.wait_taken_over(first);
+        s.check_serving("upgraded");
+        drop(s.client.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(second) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            !alive(second),
+            "{mode}: the new process exits when the frontend goes"
+        );
+        assert_eq!(
+            cleaned_up(&s.socket),
+            (true, true),
+            "{mode}: (pid file, socket) gone"
+        );
+
+        let mut s = start(&[mode]);
+        // SAFETY: kill with integer arguments.
+        assert_eq!(
+            unsafe { libc::kill(s.first.pid() as i32, libc::SIGTERM) },
+            0
+        );
+        let status = s.first.wait_exit(Duration::from_secs(10)).unwrap();
+        assert_eq!(status.map(|s| s.code()), Some(Some(0)), "{mode}: SIGTERM");
+        assert_eq!(
+            cleaned_up(&s.socket),
+            (true, true),
+            "{mode}: SIGTERM: (pid file, socket) gone"
+        );
+    }
+}

@@ -250,11 +250,19 @@ impl Upgrader {
             .launcher
             .launch()
             .map_err(|e| format!("cannot start the new binary: {e}"))?;
-        let moved = self
-            .start_next(&sock, requester)
-            .and_then(|()| self.move_session(&conn, &sock));
+        // Once the session moves, the socket and pid file may be the new process's: our
+        // launcher must not remove them when we exit (it does again if the upgrade fails).
+        let moved = self.start_next(&sock, requester).and_then(|()| {
+            self.launcher
+                .cleanup(false)
+                .map_err(|e| format!("the launcher: {e}"))?;
+            self.move_session(&conn, &sock)
+        });
         if moved.is_err() {
             self.launcher.kill(pid);
+            if let Err(e) = self.launcher.cleanup(true) {
+                log::warn!("the launcher: {e}: the socket and pid file may stay behind");
+            }
         }
         moved.map(|()| pid)
     }

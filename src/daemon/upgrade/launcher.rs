@@ -4,14 +4,16 @@
 //! The serving process cannot create sockets or execute anything once confined (seccomp has no
 //! `socket` or `execve`, Landlock allows only the share, and a seccomp filter cannot be lifted:
 //! the next binary would inherit it). The launcher keeps the state of the process before all
-//! that: it closes every fd but its channel, dies with the daemon (`PR_SET_PDEATHSIG`), and
-//! serves one request at a time:
+//! that: it closes every fd but its channel and the pid file, and serves one request at a time
+//! until the daemon has exited (its end of the channel closes):
 //! - `PAIR`: a private connection for a vhost-user-backend handler (see
 //!   [`relay`](super::relay)): a listener with one connection pending, and that connection.
 //! - `LAUNCH`: a socket pair for the hand-over; a child that executes the binary path the daemon
 //!   was started from, with the same arguments and `VHOSTFS_UPGRADE_FD` naming its end; the
 //!   daemon gets the child's pid and the other end.
 //! - `KILL`: SIGKILL to a launched child that did not answer in time.
+//! - `CLEANUP`: whether the launcher removes the daemon's [`Leftovers`] once the daemon has
+//!   exited (yes at first; no while a hand-over is under way and after it).
 //!
 //! Invariant: the launcher does nothing the daemon could not have done before its sandbox: it
 //! runs only the daemon's own binary and arguments, and kills only its own children that it has
@@ -20,8 +22,16 @@
 //! - `REPORT`: the outcome of an upgrade, as one datagram to the abstract socket
 //!   `vhostfs-upgrade-<pid>` of the `vhostfs upgrade` process that asked for it.
 //!
-//! When a hand-over succeeds the daemon exits, which kills its launcher; the new process (with
-//! a launcher of its own) is reparented.
+//! When the daemon has exited, the launcher removes its socket and pid file (the confined daemon
+//! cannot: under `chroot` their paths do not resolve, under `none` Landlock refuses), unless they
+//! were handed over: then the new process's own launcher removes them in turn. The launcher
+//! ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT (a signal to the process group, or systemd's
+//! stop, would end it before the daemon), and exits once the daemon has. The new process of a
+//! hand-over is reparented.
+//!
+//! Invariant: the pid file stays locked until it is removed: the launcher holds the same open
+//! file (the lock belongs to it), so no second instance starts on the socket path before the
+//! launcher has removed the first one's socket.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -47,6 +57,36 @@ const PAIR: u8 = b'P';
 const LAUNCH: u8 = b'L';
 const KILL: u8 = b'K';
 const REPORT: u8 = b'R';
+const CLEANUP: u8 = b'C';
+
+/// The signals the launcher ignores (and its launched children get back as default).
+const IGNORED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+
+/// What the daemon made on the host, which the launcher removes once the daemon has exited.
+pub struct Leftovers {
+    /// Removed by path: the vhost-user socket the daemon bound, the `--metrics` socket.
+    pub sockets: Vec<PathBuf>,
+    /// The pid file's path and the open, locked file (close-on-exec): removed if the path
+    /// still names it.
+    pub pid_file: Option<(PathBuf, OwnedFd)>,
+}
+
+impl Leftovers {
+    fn remove(self) {
+        for path in &self.sockets {
+            let _ = std::fs::remove_file(path);
+        }
+        if let Some((path, fd)) = self.pid_file {
+            use std::os::unix::fs::MetadataExt;
+            let ours = std::fs::File::from(fd).metadata();
+            if let (Ok(ours), Ok(current)) = (ours, std::fs::metadata(&path)) {
+                if (ours.dev(), ours.ino()) == (current.dev(), current.ino()) {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+    }
+}
 
 /// The abstract socket name `vhostfs upgrade` (pid `pid`) waits on for the outcome.
 pub fn report_name(pid: u32) -> String {
@@ -74,8 +114,9 @@ fn scm_err(e: vmm_sys_util::errno::Error) -> io::Error {
 
 impl Launcher {
     /// Forks the launcher. Must run while the process has one thread. `exe`: the binary to run
-    /// (the path this one was started from); `args`: its arguments, without argv[0].
-    pub fn start(exe: PathBuf, args: &[OsString]) -> io::Result<Launcher> {
+    /// (the path this one was started from); `args`: its arguments, without argv[0];
+    /// `leftovers`: what it removes once this process has exited.
+    pub fn start(exe: PathBuf, args: &[OsString], leftovers: Leftovers) -> io::Result<Launcher> {
         let mut argv = vec![cstring(exe.as_os_str().as_bytes())?];
         for a in args {
             argv.push(cstring(a.as_bytes())?);
@@ -85,14 +126,13 @@ impl Launcher {
             argv,
         };
         let (ours, theirs) = UnixStream::pair()?;
-        let parent = std::process::id() as libc::pid_t;
         // SAFETY: the process has one thread (the caller's contract), so the child may go on
         // running ordinary code.
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => {
                 drop(ours);
-                serve(theirs, parent, &exec);
+                serve(theirs, &exec, leftovers);
                 // SAFETY: leaving the child without running the parent's destructors.
                 unsafe { libc::_exit(0) }
             }
@@ -161,6 +201,12 @@ impl Launcher {
         let _ = self.request(KILL, pid as u32, 0, b"");
     }
 
+    /// Whether the launcher removes the socket and pid file once this process has exited: not
+    /// while they may be the new process's (from before the session moves).
+    pub fn cleanup(&self, on: bool) -> io::Result<()> {
+        self.request(CLEANUP, on as u32, 0, b"").map(drop)
+    }
+
     /// Tells `vhostfs upgrade` (pid `requester`, which sent `nonce` with its SIGHUP) the outcome.
     pub fn report(&self, requester: u32, nonce: u32, text: &str) {
         if let Err(e) = self.request(REPORT, requester, nonce, text.as_bytes()) {
@@ -169,39 +215,63 @@ impl Launcher {
     }
 }
 
-/// Closes every fd from 3 up but `keep`.
-fn close_all_but(keep: RawFd) {
-    for (lo, hi) in [(3, keep - 1), (keep + 1, RawFd::MAX)] {
-        if lo <= hi {
+/// Closes every fd from 3 up but those in `keep`.
+fn close_all_but(keep: &[RawFd]) {
+    let mut keep = keep.to_vec();
+    keep.sort_unstable();
+    let mut lo = 3;
+    for next in keep.into_iter().chain([RawFd::MAX]) {
+        if lo < next {
             // SAFETY: close_range only closes fds; none of these is used by this process
             // any more (the launcher owns nothing but `keep`).
-            unsafe { libc::syscall(libc::SYS_close_range, lo as u32, hi as u32, 0u32) };
+            unsafe { libc::syscall(libc::SYS_close_range, lo as u32, (next - 1) as u32, 0u32) };
         }
+        lo = lo.max(next.saturating_add(1));
     }
 }
 
-/// The launcher's loop (in the forked child).
-fn serve(sock: UnixStream, parent: libc::pid_t, exec: &Exec) {
-    // SAFETY: prctl with integer arguments or a C string; getppid cannot fail.
-    unsafe {
-        libc::prctl(libc::PR_SET_NAME, COMM.as_ptr());
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        if libc::getppid() != parent {
-            return;
-        }
+/// Sets the disposition of the signals the launcher ignores: `SIG_IGN` in the launcher,
+/// `SIG_DFL` back in a child about to execute the binary (async-signal-safe).
+fn set_ignored(disposition: libc::sighandler_t) {
+    for sig in IGNORED {
+        // SAFETY: signal with a valid signal number and SIG_IGN or SIG_DFL.
+        unsafe { libc::signal(sig, disposition) };
     }
-    close_all_but(sock.as_raw_fd());
+}
+
+/// The launcher (in the forked child): serves requests until the daemon's end of the channel
+/// closes, then removes `leftovers` unless told not to.
+fn serve(sock: UnixStream, exec: &Exec, leftovers: Leftovers) {
+    // SAFETY: prctl with a C string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, COMM.as_ptr()) };
+    set_ignored(libc::SIG_IGN);
+    let pid_fd = leftovers.pid_file.as_ref().map(|(_, fd)| fd.as_raw_fd());
+    close_all_but(
+        &[Some(sock.as_raw_fd()), pid_fd]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>(),
+    );
+    let mut cleanup = true;
+    requests(&sock, exec, &mut cleanup);
+    if cleanup {
+        leftovers.remove();
+    }
+}
+
+/// The launcher's loop; returns when the daemon's end of the channel is closed.
+fn requests(sock: &UnixStream, exec: &Exec, cleanup: &mut bool) {
     // Launched children not reaped yet.
     let mut children: Vec<libc::pid_t> = Vec::new();
     loop {
         let mut head = [0u8; 13];
-        if (&sock).read_exact(&mut head).is_err() {
+        if (&*sock).read_exact(&mut head).is_err() {
             return;
         }
         let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().unwrap());
         let (a, b, len) = (word(1), word(5), word(9) as usize);
         let mut text = vec![0u8; len.min(4096)];
-        if (&sock).read_exact(&mut text).is_err() {
+        if (&*sock).read_exact(&mut text).is_err() {
             return;
         }
         // SAFETY: waitpid on our own children, with a valid status pointer.
@@ -223,6 +293,10 @@ fn serve(sock: UnixStream, parent: libc::pid_t, exec: &Exec) {
             KILL => Err(io::Error::from_raw_os_error(libc::ESRCH)),
             REPORT => {
                 let _ = send_report(a, b, &text);
+                Ok((0, Vec::new()))
+            }
+            CLEANUP => {
+                *cleanup = a != 0;
                 Ok((0, Vec::new()))
             }
             _ => return,
@@ -283,10 +357,11 @@ fn spawn(exec: &Exec, fd: &OwnedFd, channel: RawFd) -> io::Result<i32> {
     let mut argv: Vec<*const libc::c_char> = exec.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     // SAFETY: the launcher has one thread; the child only makes async-signal-safe calls
-    // (close, fcntl, execve, _exit) on memory prepared before the fork.
+    // (signal, close, fcntl, execve, _exit) on memory prepared before the fork.
     match unsafe { libc::fork() } {
         -1 => Err(io::Error::last_os_error()),
         0 => {
+            set_ignored(libc::SIG_DFL);
             // SAFETY: as above; `argv` and `envp` are NULL-terminated arrays of C strings.
             unsafe {
                 libc::close(channel);
