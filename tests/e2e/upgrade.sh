@@ -70,6 +70,7 @@ check() { # NAME CONDITION...
 # install BUILD: puts BUILD at the daemon's binary path the way a package upgrade does (rename).
 install_build() { cp "$1" "$bin.new" && mv -f "$bin.new" "$bin"; }
 pid_now() { cat "$sock.pid" 2>/dev/null || true; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
 # taken_over OLD: waits (30 s) until the pid file names a live process other than OLD, and OLD is gone.
 taken_over() {
   local p
@@ -154,8 +155,8 @@ grep -E '^(PASS|FAIL): ' <<< "$console" | sed 's/^/  guest /' || true
 check "guest: E2E-STATUS PASS" grep -q '^E2E-STATUS: PASS' <<< "$console"
 last=${pids[-1]}
 for _ in $(seq 100); do kill -0 "$last" 2>/dev/null || break; sleep 0.1; done
-check "the last daemon exited when QEMU went" ! kill -0 "$last" 2>/dev/null
-check "no pid file or socket left" [ ! -e "$sock.pid" ] -a ! -e "$sock"
+check "the last daemon exited when QEMU went" gone "$last"
+check "no pid file or socket left" [ ! -e "$sock.pid" -a ! -e "$sock" ]
 ! grep -qE 'panicked at|ERROR' "$logroot/daemon.log" || problems+=("error in the daemon log")
 base=$(sed -n 's/^E2E-FIO base maxlat_us=\([0-9]*\).*/\1/p' <<< "$console")
 up=$(sed -n 's/^E2E-FIO up maxlat_us=\([0-9]*\).*/\1/p' <<< "$console")
