@@ -6,8 +6,11 @@
 #     systemd starts the service with the socket as fd 3; Type=notify: systemd reports it started
 #     only after READY=1; the TCG guest mounts the share, writes and reads back, chowns;
 #   - QEMU's disconnect ends vhostfs with exit 0 (Result=success), the socket keeps listening;
-#   - a connection activates it again; `systemctl stop` ends it cleanly (status 0); stopping the
-#     socket unit removes the socket, no pid file is left.
+#   - a connection activates it again; `systemctl stop` ends it cleanly (status 0);
+#   - with --sandbox=chroot, `systemctl reload` under a connected guest (guest-reload-test.sh,
+#     appending to a file it holds open) hands the session to a new process, which becomes the
+#     main pid; the guest sees no error; QEMU's disconnect then ends it with status 0;
+#   - stopping the socket unit removes the socket, no pid file is left.
 #
 #   tests/e2e/systemd.sh [--summary-file FILE]
 #
@@ -164,6 +167,46 @@ in_ct systemctl stop vhostfs@share.service
 check "systemctl stop: clean exit (Result=success, status 0)" \
   [ "$(show Result vhostfs@share.service) $(show ExecMainStatus vhostfs@share.service)" = "success 0" ]
 kill "$client" 2>/dev/null || true; wait "$client" 2>/dev/null || true
+
+# ---- systemctl reload: an in-place upgrade under a connected guest (--sandbox=chroot) ----------
+in_ct sh -c 'printf "SHARED_DIR=/srv/share\nVHOSTFS_ARGS=--inode-file-handles=prefer --sandbox=chroot\n" > /etc/vhostfs/share.conf'
+"$here/mkinitramfs.sh" "$work/reload.cpio.gz" "$here/guest-reload-test.sh" >/dev/null
+if [ -n "${E2E_LOCK:-}" ]; then exec 9>"$E2E_LOCK"; flock 9; fi
+t3=$(now)
+qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 512M \
+  -object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
+  -chardev "socket,id=char0,path=$work/run/share.sock" \
+  -device vhost-user-fs-pci,queue-size=1024,chardev=char0,tag=share \
+  -kernel "$kernel" -initrd "$work/reload.cpio.gz" \
+  -append "console=ttyS0 quiet panic=-1 e2e.tag=share e2e.queues=1" \
+  -nic none -nographic -no-reboot < /dev/null > "$logroot/reload-console.log" 2> "$logroot/reload-qemu.log" &
+qemu_pid=$!
+for _ in $(seq 1200); do
+  [ -e "$work/share/reload-go" ] && break
+  kill -0 "$qemu_pid" 2>/dev/null || break
+  sleep 0.1
+done
+before=$(show MainPID vhostfs@share.service)
+reload_ok=''
+if [ -e "$work/share/reload-go" ]; then
+  sleep 1
+  in_ct systemctl reload vhostfs@share.service > "$logroot/reload.log" 2>&1 && reload_ok=1
+  sleep 1
+fi
+after=$(show MainPID vhostfs@share.service)
+touch "$work/share/reload-done"
+for _ in $(seq 1200); do kill -0 "$qemu_pid" 2>/dev/null || break; sleep 0.1; done
+stop "$qemu_pid" qemu; qemu_pid=''
+if [ -n "${E2E_LOCK:-}" ]; then flock -u 9; exec 9>&-; fi
+t4=$(now)
+tr -d '\r' < "$logroot/reload-console.log" | grep -E '^(PASS|FAIL): ' | sed 's/^/  guest /' || true
+check "systemctl reload succeeded under a connected guest" [ -n "$reload_ok" ]
+check "the main pid moved to the new process ($before -> $after)" [ "$before" != "$after" -a "$after" != 0 ]
+check "reload guest: E2E-STATUS PASS" grep -q '^E2E-STATUS: PASS' <(tr -d '\r' < "$logroot/reload-console.log")
+for _ in $(seq 50); do [ "$(show ActiveState vhostfs@share.service)" = inactive ] && break; sleep 0.1; done
+check "after the reload, QEMU's disconnect: exit 0 (Result=success)" \
+  [ "$(show ActiveState vhostfs@share.service) $(show Result vhostfs@share.service) $(show ExecMainStatus vhostfs@share.service)" = "inactive success 0" ]
+
 in_ct systemctl stop vhostfs@share.socket
 check "stopping the socket unit removes the socket" [ ! -e "$work/run/share.sock" ]
 check "no pid file left" [ -z "$(find "$work/run" -name '*.pid')" ]
@@ -172,7 +215,7 @@ in_ct journalctl -q --no-pager -u vhostfs@share.service -u vhostfs@share.socket 
 
 verdict=PASS
 [ ${#problems[@]} -eq 0 ] || { verdict="FAIL(${problems[*]})"; failed=1; }
-line="systemd-nspawn: $verdict | boot+test=$(elapsed "$t1" "$t2")s total=$(elapsed "$t0" "$(now)")s"
+line="systemd-nspawn: $verdict | boot+test=$(elapsed "$t1" "$t2")s reload boot+test=$(elapsed "$t3" "$t4")s total=$(elapsed "$t0" "$(now)")s"
 echo "  $line"
 [ -z "$summary_file" ] || echo "$line" > "$summary_file"
 [ "$failed" -eq 0 ]
