@@ -16,7 +16,7 @@ maxlat() { awk -F';' '{ r = $39; w = $80; print (r > w ? r : w) }' "$1"; }
 job() { # NAME SECONDS
   fio --name="$1" --directory="$m/fio" --rw=randrw --bs=4k --numjobs=4 --time_based \
     --runtime="$2" --size=8M --ioengine=psync --verify=crc32c --group_reporting \
-    --output-format=terse --output="/tmp/$1.terse"
+    --output-format=terse --output="/tmp/$1.terse" --eta=never
 }
 
 # shellcheck disable=SC2012 # ls -l: LOOKUP and GETATTR of every entry, which the guest then holds

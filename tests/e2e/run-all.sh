@@ -19,9 +19,9 @@
 #   E2E_SUBMOUNTS=0 skip submounts.sh (3 boots, ~3.5 min; run for a vhostfs binary only).
 #   E2E_CASES       run only these cases (space-separated names, e.g. "mmap-allow mmap-deny";
 #                   "submounts" for submounts.sh, "libvirt" for libvirt.sh: 3 boots, ~2 min,
-#                   "systemd-nspawn" for systemd.sh: systemd in a container, 1 boot, ~20 s;
+#                   "systemd-nspawn" for systemd.sh: systemd in a container, 2 boots, ~35 s;
 #                   "migration" for migration.sh: 3 boots, 6 QEMUs, ~65 s);
-#                   "upgrade" for upgrade.sh: in-place upgrades under fio, 1 boot, ~2.5 min).
+#                   "upgrade" for upgrade.sh: in-place upgrades under fio, 1 boot, ~70 s).
 #   VHOSTFS_GUEST_DIR, QEMU, E2E_MEM, E2E_SMP: see run-guest.sh.
 # Must run as root (chown to 1000:1000 in the guest needs a root daemon).
 set -euo pipefail
@@ -311,10 +311,11 @@ run_script libvirt libvirt.sh "libvirt 11 starts vhostfs (binary path, JSON disc
 # host between save and load (1 boot per case, ~20 s each; vhostfs only).
 run_script migration migration.sh "live migration between two QEMUs (find-paths, file-handles, KubeVirt's line)"
 # systemd as PID 1 of a container (systemd-nspawn) drives vhostfs@share.socket/.service installed
-# by contrib/install.sh from this tree; QEMU connects through the socket (~20 s).
+# by contrib/install.sh from this tree; QEMU connects through the socket; then `systemctl reload`
+# under a second guest (~35 s, 2 boots).
 run_script systemd-nspawn systemd.sh "vhostfs@share.socket/.service under systemd in a container"
 # In-place upgrade under a live guest: fio randrw with verify and an appending shell through
-# three upgrades (SIGHUP, `vhostfs upgrade` to a second build, back); ~2.5 min, vhostfs only
+# three upgrades (SIGHUP, `vhostfs upgrade` to a second build, back); ~70 s, vhostfs only
 # (the second build: VHOSTFS2, default target/debug/vhostfs).
 run_script upgrade upgrade.sh "in-place upgrade under fio (3 upgrades, 10,000 inodes held)"
 if [ "${E2E_NEGATIVE:-0}" = 1 ]; then

@@ -14,7 +14,7 @@
 #
 #   tests/e2e/upgrade.sh [--summary-file FILE]
 #
-# VHOSTFS: the first build (default target/release/vhostfs). Must run as root. ~90 s.
+# VHOSTFS: the first build (default target/release/vhostfs). Must run as root. ~70 s.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
