@@ -28,10 +28,9 @@ use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
     VhostUserVirtioFeatures,
 };
-use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
+use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
-use virtio_queue::QueueT;
 use vm_memory::GuestMemory as _;
 use vm_memory::{ByteValued, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, MmapRegion};
 use vmm_sys_util::epoll::EventSet;
@@ -41,16 +40,15 @@ use vmm_sys_util::event::{
 
 use crate::fuse_server::FuseServer;
 use crate::metrics::QueueGauges;
-use crate::stall_watch::{StallWatch, TICK};
+use crate::stall_watch::StallWatch;
 use crate::worker_pool::WorkerPool;
 
 mod device_state;
 mod dirty_log;
+mod drain;
 mod memory;
 mod pause;
 mod ring;
-
-use ring::{add_used, notify, waiting};
 
 use dirty_log::DirtyLog;
 
@@ -62,39 +60,6 @@ type VringState = vhost_user_backend::VringState<GuestMemoryAtomic<GuestMemory>>
 
 /// Request queues offered to the frontend (plus the high-priority queue).
 pub const MAX_REQUEST_QUEUES: usize = 8;
-/// Chains waiting behind the one just popped that make a queue thread ask a pool thread for
-/// help. A helper costs CPU: a futex wake-up on both sides, and while two threads drain one ring,
-/// contention on its lock, on the file's inode lock and on the kernel's fd table. A guest's
-/// 1 MiB I/O (4 or so in flight) and 16 small requests in flight (a guest's usual depth) are
-/// served by one thread for 10–30 % less CPU per request and as fast (docs/benchmarks.md, issue
-/// 14); a deep queue of small requests (64 in flight) is served faster in parallel.
-const RECRUIT_BACKLOG: u16 = 32;
-
-/// Bytes that make a chain bulk I/O. Reply buffers (device-writable) that large make a bulk READ:
-/// copying that much from a file into guest memory is worth a second CPU even when only a few
-/// such requests wait (reads do not contend for the file's lock the way writes do). Request
-/// buffers (device-readable) that large make a bulk WRITE, whose completion is notified at once:
-/// the guest has the next buffers to fill, and holding completions back starves its pipeline.
-const BULK: u64 = 64 << 10;
-
-/// Device-readable (request) and device-writable (reply) bytes of `chain`, in one walk.
-fn buffer_bytes<M>(chain: &virtio_queue::DescriptorChain<M>) -> (u64, u64)
-where
-    M: Clone + std::ops::Deref,
-    M::Target: vm_memory::GuestMemory,
-{
-    chain.clone().fold((0, 0), |(request, reply), d| {
-        if d.is_write_only() {
-            (request, reply + u64::from(d.len()))
-        } else {
-            (request + u64::from(d.len()), reply)
-        }
-    })
-}
-
-/// Used entries at most put in the ring before the guest is notified, while more chains wait.
-const NOTIFY_BATCH: u16 = 16;
-
 /// Largest queue the frontend may configure.
 pub const MAX_QUEUE_SIZE: usize = 1024;
 
@@ -221,179 +186,6 @@ impl VhostFsBackend {
     /// The guest memory map, once the frontend sent it.
     fn memory(&self) -> Option<GuestMemoryAtomic<GuestMemory>> {
         crate::sync::read(&self.inner.mem).clone()
-    }
-
-    /// Serves every chain available on `vring`, queue `queue` (called on the queue's own thread
-    /// when the guest kicks).
-    fn process_queue(&self, queue: usize, vring: &Vring) -> io::Result<()> {
-        let Some(atomic) = self.memory() else {
-            return Err(io::Error::other("request before the memory table"));
-        };
-        let event_idx = self.inner.event_idx.load(Ordering::Relaxed);
-        loop {
-            if event_idx {
-                let mem = atomic.memory();
-                let mut state = vring.get_mut();
-                let q = state.get_queue_mut();
-                q.disable_notification(&*mem).map_err(io::Error::other)?;
-            }
-            self.drain(vring, &atomic, event_idx, queue, true)?;
-            if self.inner.paused.load(Ordering::SeqCst) || !event_idx {
-                return Ok(());
-            }
-            // With EVENT_IDX, re-enable notifications and look again: the guest may have added
-            // chains after the last pop and before it saw notifications enabled. Not once the
-            // frontend stopped the queue (GET_VRING_BASE): the ring is not ours to write (a
-            // migration's destination may serve it) and pops nothing ("look again" would spin).
-            // What counts is what the drain counts ([`waiting`]).
-            let mem = atomic.memory();
-            let mut state = vring.get_mut();
-            let q = state.get_queue_mut();
-            if !q.ready() {
-                return Ok(());
-            }
-            q.enable_notification(&*mem).map_err(io::Error::other)?;
-            if waiting(q, &*mem)? == 0 {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Pops and serves chains until `vring` (queue `queue`) is empty. The thread that pops a
-    /// chain serves it: no hand-over, so one request in flight costs no thread switch. On the
-    /// queue's own thread (`own`), when at least [`RECRUIT_BACKLOG`] chains are still waiting after a
-    /// pop, an idle pool thread (if any) is asked to drain the queue alongside, so a backlog is
-    /// served in parallel; and each request is shown to the stall watcher, which sends help when
-    /// one runs long.
-    ///
-    /// The guest is notified of completions in batches: while more chains wait behind the one
-    /// just popped, up to [`NOTIFY_BATCH`] used entries are put in the ring before one
-    /// notification covers them all (a guest that keeps many requests in flight takes one
-    /// interrupt per batch instead of one per request). The last chain of a backlog is never
-    /// served with completions held back, and a bulk WRITE's completion is notified at once.
-    fn drain(
-        &self,
-        vring: &Vring,
-        atomic: &GuestMemoryAtomic<GuestMemory>,
-        event_idx: bool,
-        queue: usize,
-        own: bool,
-    ) -> io::Result<()> {
-        let gauges = &self.inner.gauges;
-        // Counted before `paused` is read (both SeqCst): `pause` either sees this thread here
-        // or this thread sees `paused`.
-        self.inner.draining.fetch_add(1, Ordering::SeqCst);
-        let _draining = pause::Draining(&self.inner.draining);
-        // One snapshot of the memory map per drain: a chain popped under it is served under it,
-        // and a new map (memory hot-plug) is picked up at the next kick.
-        let mem = atomic.memory();
-        // The last request served, and whether it was bulk I/O: its used entry goes in with the
-        // next pop, under one lock.
-        let mut served = None;
-        // Used entries added since the last notification.
-        let mut unsignalled = 0u16;
-        loop {
-            let chain = {
-                let mut state = vring.get_mut();
-                let mut urgent = false;
-                if let Some((head, used, bulk)) = served.take() {
-                    if add_used(&mut state, &mem, head, used)? {
-                        unsignalled += 1;
-                        urgent = bulk;
-                    }
-                }
-                if self.inner.paused.load(Ordering::SeqCst) {
-                    if unsignalled > 0 {
-                        notify(&mut state, &mem, event_idx)?;
-                    }
-                    return Ok(());
-                }
-                let q = state.get_queue_mut();
-                let queued = waiting(q, &*mem)?;
-                let chain = match queued {
-                    0 => None,
-                    _ => Some(q.pop_descriptor_chain(mem.clone()).ok_or_else(|| {
-                        io::Error::other("the guest's available ring cannot be read")
-                    })?),
-                };
-                // The chains behind the one popped, from the avail index `waiting` just read.
-                let backlog = queued.saturating_sub(1);
-                gauges.set_depth(queue, backlog);
-                if unsignalled > 0 && (urgent || backlog == 0 || unsignalled >= NOTIFY_BATCH) {
-                    notify(&mut state, &mem, event_idx)?;
-                    unsignalled = 0;
-                }
-                // Counted before the lock goes: a stopped queue has nothing popped uncounted.
-                let in_flight = chain.as_ref().and_then(|_| gauges.serving(queue));
-                (chain, backlog, in_flight)
-            };
-            let (chain, backlog, _in_flight) = chain;
-            let Some(chain) = chain else { return Ok(()) };
-            let (request, reply) = buffer_bytes(&chain);
-            if own && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply >= BULK)) {
-                self.recruit_helper(queue, vring, atomic, event_idx);
-            }
-            let head = chain.head_index();
-            let bulk = request >= BULK;
-            let _watched = own.then(|| self.inner.watch.serving(queue)).flatten();
-            served = Some((head, self.inner.server.handle_chain(&*mem, chain), bulk));
-        }
-    }
-
-    /// Starts one more pool thread draining `vring` (queue `queue`), unless every pool thread
-    /// is busy already.
-    fn recruit_helper(
-        &self,
-        queue: usize,
-        vring: &Vring,
-        atomic: &GuestMemoryAtomic<GuestMemory>,
-        event_idx: bool,
-    ) {
-        let Some(pool) = &self.inner.pool else { return };
-        if self.inner.helpers.fetch_add(1, Ordering::AcqRel) >= pool.size() {
-            self.inner.helpers.fetch_sub(1, Ordering::AcqRel);
-            return;
-        }
-        let (this, vring, atomic) = (self.clone(), vring.clone(), atomic.clone());
-        pool.execute(move || {
-            if let Err(e) = this.drain(&vring, &atomic, event_idx, queue, false) {
-                log::error!("cannot serve a request queue: {e}");
-            }
-            this.inner.helpers.fetch_sub(1, Ordering::AcqRel);
-        });
-    }
-}
-
-impl VhostFsBackend {
-    /// Called by the stall watcher while queue `queue`'s thread has been serving one request
-    /// for over a [`TICK`]: the completions that thread holds back for a batched notification
-    /// are notified now, and if chains wait behind the stuck request, a pool thread (if one is
-    /// idle) is recruited to serve them.
-    fn rescue(&self, queue: usize) {
-        let Some(vring) = self.inner.vrings.get(queue).and_then(OnceLock::get) else {
-            return;
-        };
-        let Some(atomic) = self.memory() else {
-            return;
-        };
-        let event_idx = self.inner.event_idx.load(Ordering::Relaxed);
-        let backlog = {
-            let mut state = vring.get_mut();
-            if !state.get_queue().ready() {
-                return;
-            }
-            let mem = atomic.memory();
-            if let Err(e) = notify(&mut state, &mem, event_idx) {
-                log::debug!("queue {queue}: cannot notify the guest: {e}");
-            }
-            let q = state.get_queue();
-            q.avail_idx(&*mem, Ordering::Acquire)
-                .map_or(0, |avail| avail.0.wrapping_sub(q.next_avail()))
-        };
-        log::debug!("queue {queue}: a request has run for over {TICK:?}; {backlog} waiting");
-        if backlog > 0 {
-            self.recruit_helper(queue, vring, &atomic, event_idx);
-        }
     }
 }
 
