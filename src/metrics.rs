@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[repr(align(128))]
 #[derive(Default)]
 struct QueueCell {
-    /// Requests popped from the queue and not yet answered.
+    /// Requests popped from the queue and not yet answered (the used entry in the ring, the
+    /// guest notified): what stopping a ring waits for (`vhost_device::vring`).
     in_flight: AtomicU64,
     /// Chains the guest had made available behind the last one popped (0 once the queue was
     /// found empty).
@@ -46,7 +47,8 @@ pub struct InFlight<'a>(&'a AtomicU64);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        // Release: what the request did happens before a waiter sees it done.
+        self.0.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -60,8 +62,17 @@ impl QueueGauges {
     /// Counts one request in flight on `queue` for the life of the guard.
     pub fn serving(&self, queue: usize) -> Option<InFlight<'_>> {
         let cell = self.queues.get(queue)?;
-        cell.in_flight.fetch_add(1, Ordering::Relaxed);
+        // SeqCst (the same instruction as Relaxed on x86): the pause's flag is read after it,
+        // see `vhost_device::drain`.
+        cell.in_flight.fetch_add(1, Ordering::SeqCst);
         Some(InFlight(&cell.in_flight))
+    }
+
+    /// Requests in flight on `queue` (0 for a queue that does not exist).
+    pub fn in_flight(&self, queue: usize) -> u64 {
+        self.queues
+            .get(queue)
+            .map_or(0, |c| c.in_flight.load(Ordering::SeqCst))
     }
 
     /// Records the chains waiting on `queue` (a plain store: the popping thread knows).

@@ -9,8 +9,9 @@
 //!
 //! Locks: the vring's own lock is taken only to add the last request's used entry and pop the
 //! next chain (both under one acquisition), never while a request runs, so the frontend thread
-//! (GET_VRING_BASE and friends) is never blocked by I/O. A popped chain counts as in flight
-//! (`QueueGauges::serving`) from under that lock until it is served.
+//! is never blocked by I/O. A popped chain counts as in flight (`QueueGauges::serving`) from
+//! under that lock until its used entry is in and the guest notified, under the next; stopping a
+//! ring (GET_VRING_BASE), pausing the queues and saving the state wait for that count ([`vring`]).
 //!
 //! Migration (VHOST_USER_PROTOCOL_F_DEVICE_STATE): SET_DEVICE_STATE_FD starts a thread that
 //! saves the FUSE session into the pipe QEMU gave (once no request is in flight: the queues are
@@ -28,7 +29,7 @@ use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
     VhostUserVirtioFeatures,
 };
-use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock};
+use vhost_user_backend::{VhostUserBackend, VhostUserDaemon};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use vm_memory::GuestMemory as _;
@@ -49,13 +50,15 @@ mod drain;
 mod memory;
 mod pause;
 mod ring;
+mod vring;
+
+use vring::Vring;
 
 use dirty_log::DirtyLog;
 
 /// Guest memory as the backend maps it: every write to it is logged while the frontend has set a
 /// dirty-page log (live migration; see [`dirty_log`]).
 pub type GuestMemory = GuestMemoryMmap<DirtyLog>;
-type Vring = VringRwLock<GuestMemoryAtomic<GuestMemory>>;
 type VringState = vhost_user_backend::VringState<GuestMemoryAtomic<GuestMemory>>;
 
 /// Request queues offered to the frontend (plus the high-priority queue).
@@ -107,8 +110,6 @@ struct Inner {
     transfer: Mutex<Option<JoinHandle<io::Result<()>>>>,
     /// Set by [`VhostFsBackend::pause`]: no thread pops a chain while it is.
     paused: AtomicBool,
-    /// Threads inside [`VhostFsBackend::drain`] (so maybe serving a chain they popped).
-    draining: AtomicUsize,
 }
 
 impl VhostFsBackend {
@@ -152,7 +153,6 @@ impl VhostFsBackend {
             exit_consumers: Mutex::default(),
             transfer: Mutex::new(None),
             paused: AtomicBool::new(false),
-            draining: AtomicUsize::new(0),
         });
         let weak = Arc::downgrade(&inner);
         inner.watch.start(move |queue| {
@@ -309,7 +309,10 @@ impl VhostUserBackend for VhostFsBackend {
             .ok_or_else(|| io::Error::other(format!("unexpected queue event {device_event}")))?;
         // One queue per thread: the thread index is the queue index.
         if let Some(slot) = self.inner.vrings.get(thread) {
-            slot.get_or_init(|| vring.clone());
+            slot.get_or_init(|| {
+                vring.attach(&self.inner.gauges, thread);
+                vring.clone()
+            });
         }
         // A failed kick must not end the queue's thread (see `ring::report`).
         let served = self.process_queue(thread, vring);

@@ -6,6 +6,8 @@
 mod common;
 #[path = "migration/errors.rs"]
 mod errors;
+#[path = "migration/inflight.rs"]
+mod inflight;
 #[path = "migration/numbers.rs"]
 mod numbers;
 

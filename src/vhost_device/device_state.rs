@@ -4,36 +4,29 @@
 use std::fs::File;
 use std::io;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vhost::vhost_user::message::{VhostTransferStateDirection, VhostTransferStatePhase};
 
+use super::vring::wait_served;
 use super::VhostFsBackend;
 
 /// How long a save waits for the requests still running when the queues stopped.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl VhostFsBackend {
-    /// Waits until no request is in flight on any queue.
-    fn wait_idle(&self) -> io::Result<()> {
-        let deadline = Instant::now() + DRAIN_TIMEOUT;
-        while self.inner.gauges.snapshot().iter().any(|q| q.in_flight > 0) {
-            if Instant::now() > deadline {
-                return Err(io::Error::other(format!(
-                    "requests still running {DRAIN_TIMEOUT:?} after the queues stopped"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        Ok(())
-    }
-
     /// The transfer thread's work: save into `file` (closed at the end: EOF for QEMU) or load
     /// from it to EOF.
     fn transfer(&self, direction: VhostTransferStateDirection, mut file: File) -> io::Result<()> {
         match direction {
             VhostTransferStateDirection::SAVE => {
-                self.wait_idle()?;
+                // GET_VRING_BASE waited for each queue's requests already; one that ran past
+                // that wait must not change the session while it is saved.
+                wait_served(
+                    &self.inner.gauges,
+                    0..self.inner.vrings.len(),
+                    DRAIN_TIMEOUT,
+                )?;
                 self.inner.server.save_state(&mut file).map(drop)
             }
             VhostTransferStateDirection::LOAD => self.inner.server.load_state(&mut file),

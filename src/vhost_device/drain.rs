@@ -12,7 +12,7 @@ use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 
 use super::ring::{add_used, notify, waiting};
-use super::{pause, GuestMemory, VhostFsBackend, Vring};
+use super::{GuestMemory, VhostFsBackend, Vring};
 use crate::stall_watch::TICK;
 
 /// Chains waiting behind the one just popped that make a queue thread ask a pool thread for
@@ -106,36 +106,44 @@ impl VhostFsBackend {
         own: bool,
     ) -> io::Result<()> {
         let gauges = &self.inner.gauges;
-        // Counted before `paused` is read (both SeqCst): `pause` either sees this thread here
-        // or this thread sees `paused`.
-        self.inner.draining.fetch_add(1, Ordering::SeqCst);
-        let _draining = pause::Draining(&self.inner.draining);
         // One snapshot of the memory map per drain: a chain popped under it is served under it,
         // and a new map (memory hot-plug) is picked up at the next kick.
         let mem = atomic.memory();
-        // The last request served, and whether it was bulk I/O: its used entry goes in with the
-        // next pop, under one lock.
+        // The last request served, whether it was bulk I/O, and its count in flight: its used
+        // entry goes in with the next pop, under one lock.
         let mut served = None;
-        // Used entries added since the last notification.
+        // Used entries added since the last notification. None once a lock section ends with
+        // no chain popped (the queue was found empty, paused or stopped): a stop that sees no
+        // chain in flight sees every used entry notified.
         let mut unsignalled = 0u16;
         loop {
             let chain = {
                 let mut state = vring.get_mut();
+                // The chain served last counts as in flight until its used entry is in and the
+                // guest notified (what a stop waits for, `vring::wait_served`): its count goes
+                // at the end of this block, before the lock (declared after it).
+                let mut _served = None;
                 let mut urgent = false;
-                if let Some((head, used, bulk)) = served.take() {
-                    if add_used(&mut state, &mem, head, used)? {
+                if let Some((head, used, bulk, in_flight)) = served.take() {
+                    _served = in_flight;
+                    if add_used(vring, &mut state, &mem, head, used)? {
                         unsignalled += 1;
                         urgent = bulk;
                     }
                 }
-                if self.inner.paused.load(Ordering::SeqCst) {
+                let q = state.get_queue_mut();
+                let queued = waiting(q, &*mem)?;
+                // Counted before the lock goes, so a stopped queue has nothing popped uncounted;
+                // and before `paused` is read (both SeqCst): `pause` either sees this chain
+                // counted or this thread sees `paused`.
+                let in_flight = (queued > 0).then(|| gauges.serving(queue)).flatten();
+                if queued > 0 && self.inner.paused.load(Ordering::SeqCst) {
+                    drop(in_flight);
                     if unsignalled > 0 {
                         notify(&mut state, &mem, event_idx)?;
                     }
                     return Ok(());
                 }
-                let q = state.get_queue_mut();
-                let queued = waiting(q, &*mem)?;
                 let chain = match queued {
                     0 => None,
                     _ => Some(q.pop_descriptor_chain(mem.clone()).ok_or_else(|| {
@@ -149,11 +157,9 @@ impl VhostFsBackend {
                     notify(&mut state, &mem, event_idx)?;
                     unsignalled = 0;
                 }
-                // Counted before the lock goes: a stopped queue has nothing popped uncounted.
-                let in_flight = chain.as_ref().and_then(|_| gauges.serving(queue));
                 (chain, backlog, in_flight)
             };
-            let (chain, backlog, _in_flight) = chain;
+            let (chain, backlog, in_flight) = chain;
             let Some(chain) = chain else { return Ok(()) };
             let (request, reply) = buffer_bytes(&chain);
             if own && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply >= BULK)) {
@@ -162,7 +168,8 @@ impl VhostFsBackend {
             let head = chain.head_index();
             let bulk = request >= BULK;
             let _watched = own.then(|| self.inner.watch.serving(queue)).flatten();
-            served = Some((head, self.inner.server.handle_chain(&*mem, chain), bulk));
+            let used = self.inner.server.handle_chain(&*mem, chain);
+            served = Some((head, used, bulk, in_flight));
         }
     }
 

@@ -3,19 +3,11 @@
 //! each vring's used index equals its next available index (what a new handler starts from).
 
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
+use super::vring::wait_served;
 use super::VhostFsBackend;
-
-/// Counts a thread out of [`VhostFsBackend::drain`] on every way out.
-pub(super) struct Draining<'a>(pub(super) &'a AtomicUsize);
-
-impl Drop for Draining<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
 
 impl VhostFsBackend {
     /// Stops taking chains from the queues and waits (up to `timeout`) until every chain
@@ -25,17 +17,7 @@ impl VhostFsBackend {
     /// [`VhostFsBackend::resume`].
     pub fn pause(&self, timeout: Duration) -> io::Result<()> {
         self.inner.paused.store(true, Ordering::SeqCst);
-        let deadline = Instant::now() + timeout;
-        while self.inner.draining.load(Ordering::SeqCst) > 0 {
-            if Instant::now() > deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("a request still runs after {timeout:?}"),
-                ));
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        Ok(())
+        wait_served(&self.inner.gauges, 0..self.inner.vrings.len(), timeout)
     }
 
     /// Takes chains again after [`VhostFsBackend::pause`]; chains the guest added meanwhile

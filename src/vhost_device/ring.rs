@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use virtio_queue::QueueT;
 
-use super::{GuestMemory, VringState};
+use super::{GuestMemory, Vring, VringState};
 
 /// Chains the guest made available and the device has not popped yet (none while the queue is
 /// not ready, as virtio-queue's pop sees it). A ring that cannot be
@@ -38,17 +38,18 @@ pub(super) fn waiting<M: vm_memory::GuestMemory>(
     Ok(n)
 }
 
-/// Puts a served chain in the used ring; `false` if it was dropped. A request that completes
-/// after the frontend stopped the ring (GET_VRING_BASE: device reset, VM stop) is dropped: the
-/// ring may already be someone else's memory, and the guest gave it up.
+/// Puts a served chain in the used ring; `false` if it was dropped. GET_VRING_BASE (device
+/// reset, VM stop) waits for the requests in flight ([`Vring`]); one that completes after it
+/// gave up waiting is dropped: the ring may already be someone else's memory.
 pub(super) fn add_used(
+    vring: &Vring,
     state: &mut VringState,
     mem: &GuestMemory,
     head: u16,
     used: u32,
 ) -> io::Result<bool> {
-    if !state.get_queue().ready() {
-        log::debug!("request completed after its queue was stopped: dropped");
+    if !vring.takes_completions(state) {
+        log::error!("request completed after its queue was stopped: reply dropped");
         return Ok(false);
     }
     let q = state.get_queue_mut();
