@@ -212,8 +212,9 @@ else
   if [ "$daemon_st" -ne 0 ]; then daemon_note="exited with status $daemon_st"; fi
 fi
 if [ -n "$daemon_pid" ]; then
-  # A child that dies with the daemon (the upgrade launcher: PR_SET_PDEATHSIG) is killed as the
-  # daemon exits and reaped by init a moment later: give the group 2 s to empty.
+  # A child that outlives the daemon a moment (the upgrade launcher exits once the daemon has,
+  # after removing its socket and pid file) is reaped by init a little later: give the group 2 s
+  # to empty.
   for _ in $(seq 20); do kill -0 -- "-$daemon_pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 -- "-$daemon_pid" 2>/dev/null; then
     daemon_note="${daemon_note:+$daemon_note; }left processes behind in its process group (killed)"

@@ -452,8 +452,9 @@ boot() {
       st=0; wait "$p" 2>/dev/null || st=$?
       case $st in 0|143) ;; *) dnote[$tag]="daemon exited with status $st" ;; esac
     fi
-    # A child that dies with the daemon (the upgrade launcher: PR_SET_PDEATHSIG) is killed as
-    # the daemon exits and reaped by init a moment later: give the group 2 s to empty.
+    # A child that outlives the daemon a moment (the upgrade launcher exits once the daemon has,
+    # after removing its socket and pid file) is reaped by init a little later: give the group 2 s
+    # to empty.
     for _ in $(seq 20); do kill -0 -- "-$p" 2>/dev/null || break; sleep 0.1; done
     if kill -0 -- "-$p" 2>/dev/null; then
       dnote[$tag]="${dnote[$tag]:+${dnote[$tag]}; }left processes behind (killed)"
