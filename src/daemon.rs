@@ -144,7 +144,13 @@ pub fn run(cfg: Config) -> Result<(), String> {
         Some(fd) => Some(Notifier::from_socket(fd)),
         None => Notifier::from_env()?,
     };
-    let owned = Arc::new(Mutex::new(Owned::default()));
+    // What an upgrade hands over is the new process's only once it has taken over.
+    let owned = Arc::new(Mutex::new(Owned {
+        socket: None,
+        metrics_socket: None,
+        pid_file: None,
+        handed: inherited.is_some(),
+    }));
     // Declared before the listener, so dropped after it, on every way out of this function.
     let _release = ReleaseOnDrop(Arc::clone(&owned));
     // New files get exactly the mode the guest asked for (its kernel applied its umask).
@@ -200,6 +206,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 crate::cli::MetricsAddr::Unix(p) => Some(p.clone()),
                 crate::cli::MetricsAddr::Tcp(_) => None,
             };
+            if let crate::cli::MetricsAddr::Unix(p) = addr {
+                created.push(p.clone());
+            }
             metrics_fd.map(|fd| metrics::Listener::adopt(addr, fd))
         }
         Some(addr) => {
@@ -217,42 +226,51 @@ pub fn run(cfg: Config) -> Result<(), String> {
         if tsc { "the TSC" } else { "CLOCK_MONOTONIC" }
     );
     let sandbox_cfg = cfg.sandbox_config();
-    // The launcher of in-place upgrades, forked while the process has one thread. Not under
-    // the namespace sandbox: a new process would build other mounts, and inode keys (mount
-    // IDs) would not match the handed-over ones.
-    let upgrader = match cfg.sandbox {
-        SandboxMode::Namespace => None,
-        _ => {
-            let pid_file = lock(&owned)
-                .pid_file
-                .as_ref()
-                .map(|p| p.fd().try_clone_to_owned())
-                .transpose()
-                .map_err(|e| format!("dup: {e}"))?;
-            let launcher = upgrade::Launcher::start(
-                upgrade::binary_path(),
-                &upgrade::arguments(),
-                lock(&owned).leftovers()?,
-            )
-            .map_err(|e| format!("the upgrade launcher: {e}"))?;
-            // From here the launcher alone removes them, once this process has exited.
-            lock(&owned).disarm();
-            Some(Arc::new(upgrade::Upgrader::new(
-                launcher,
-                dup(listener.as_raw_fd())?,
-                pid_file,
-                metrics_listener
-                    .as_ref()
-                    .map(|l| l.fd().try_clone_to_owned())
-                    .transpose()
-                    .map_err(|e| format!("dup: {e}"))?,
-                notifier.clone(),
-            )))
-        }
+    let dup_fd = |fd: Option<BorrowedFd>| {
+        fd.map(|fd| fd.try_clone_to_owned())
+            .transpose()
+            .map_err(|e| format!("dup: {e}"))
     };
-    let sandbox = Sandbox::enter(&sandbox_cfg, created)?;
+    let pid_file = dup_fd(lock(&owned).pid_file.as_ref().map(PidFile::fd))?;
+    // The launcher of in-place upgrades, forked while the process has one thread (before the
+    // sandbox: it stays on the host, with the caller's credentials). Under `chroot` and `none`
+    // it removes the socket and pid file once this process has exited (under `namespace` the
+    // supervisor does); what an upgrade handed over only once this process has taken over.
+    let leftovers = match cfg.sandbox {
+        SandboxMode::Namespace => upgrade::launcher::Leftovers::default(),
+        _ => lock(&owned).leftovers()?,
+    };
+    let launcher =
+        upgrade::Launcher::start(upgrade::binary_path(), &upgrade::arguments(), leftovers)
+            .map_err(|e| format!("the upgrade launcher: {e}"))?;
+    if inherited.is_some() {
+        launcher
+            .cleanup(false)
+            .map_err(|e| format!("the upgrade launcher: {e}"))?;
+    }
+    if cfg.sandbox != SandboxMode::Namespace {
+        // From here the launcher alone removes them, once this process has exited.
+        lock(&owned).disarm();
+    }
+    // The process an upgrade started joins the old daemon's mount namespace (unprivileged, its
+    // user namespace first): the same mounts, so the inode keys (mount IDs) of what it is
+    // handed match its own lookups.
+    let join = match (&mut inherited, cfg.sandbox) {
+        (Some(i), SandboxMode::Namespace) => Some(i.namespaces()?),
+        _ => None,
+    };
+    let mut sandbox = Sandbox::enter(&sandbox_cfg, created, join)?;
+    let handed = upgrade::Handed {
+        listener: dup(listener.as_raw_fd())?,
+        pid_file,
+        metrics: dup_fd(metrics_listener.as_ref().map(|l| l.fd()))?,
+        notifier: notifier.clone(),
+        mount_ns: dup_fd(sandbox.mount_namespace())?,
+        user_ns: dup_fd(sandbox.user_namespace())?,
+    };
+    let upgrader = Arc::new(upgrade::Upgrader::new(launcher, handed, host_pid));
     let fs_cfg = FsConfig {
-        shared_dir: cfg.shared_dir.clone(),
+        shared_dir: sandbox.shared_dir(&cfg.shared_dir),
         inode_file_handles: cfg.inode_file_handles,
         entry_timeout: cfg.cache.entry_timeout(),
         attr_timeout: cfg.cache.attr_timeout(),
@@ -269,7 +287,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
         fd_cache_size: cfg.fd_cache_size,
         migration: cfg.migration,
     };
-    let fs = Arc::new(PassthroughFs::new(fs_cfg).map_err(|e| e.to_string())?);
+    let fs = match sandbox.take_proc_self_fd() {
+        Some(proc_self_fd) => PassthroughFs::with_proc_self_fd(fs_cfg, proc_self_fd),
+        None => PassthroughFs::new(fs_cfg),
+    };
+    let fs = Arc::new(fs.map_err(|e| e.to_string())?);
     log::info!(
         "sharing {} ({} mode, fd budget {budget})",
         cfg.shared_dir.display(),
@@ -297,7 +319,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         notifier.clone(),
         Arc::clone(&owned),
         Arc::clone(&registry),
-        upgrader.clone(),
+        Arc::clone(&upgrader),
     )
     .map_err(|e| format!("signal handling: {e}"))?;
     let opts = ServerOptions {
@@ -328,7 +350,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         notifier: notifier.as_ref(),
         tag: cfg.tag.as_deref(),
         pool_size: cfg.thread_pool_size,
-        upgrader: upgrader.as_deref(),
+        upgrader: &upgrader,
     };
     // Ready (once) when the first connection may come.
     let mut status = "READY=1\nSTATUS=waiting for the vhost-user frontend";
@@ -371,6 +393,9 @@ struct Owned {
     socket: Option<PathBuf>,
     metrics_socket: Option<PathBuf>,
     pid_file: Option<PidFile>,
+    /// Handed over by an in-place upgrade that has not taken over yet: another process's, left
+    /// alone (a new process that fails does not take the share down).
+    handed: bool,
 }
 
 impl Owned {
@@ -401,6 +426,10 @@ impl Owned {
 
 impl Drop for Owned {
     fn drop(&mut self) {
+        if self.handed {
+            std::mem::forget(self.pid_file.take());
+            return;
+        }
         for path in [&self.socket, &self.metrics_socket].into_iter().flatten() {
             let _ = fs::remove_file(path);
         }
@@ -423,7 +452,7 @@ fn install_signal_handlers(
     notifier: Option<Notifier>,
     owned: Arc<Mutex<Owned>>,
     registry: Arc<OnceLock<Arc<Registry>>>,
-    upgrader: Option<Arc<upgrade::Upgrader>>,
+    upgrader: Arc<upgrade::Upgrader>,
 ) -> io::Result<()> {
     shutdown::on_signals(
         move |signo| {
@@ -442,11 +471,6 @@ fn install_signal_handlers(
             }
             None => log::info!("stats: not serving yet"),
         },
-        move |requester| match &upgrader {
-            Some(up) => up.upgrade(requester),
-            None => log::warn!(
-                "SIGHUP: an in-place upgrade needs --sandbox=chroot or --sandbox=none; ignored"
-            ),
-        },
+        move |requester| upgrader.upgrade(requester),
     )
 }

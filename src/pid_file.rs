@@ -82,10 +82,11 @@ impl PidFile {
         }
     }
 
-    /// Writes our pid into the pid file open as `file` (an adopted one, or a duplicate).
-    pub fn claim(file: &File) -> io::Result<()> {
+    /// Writes `pid` (ours as the host sees it) into the pid file open as `file` (an adopted
+    /// one, or a duplicate).
+    pub fn claim(file: &File, pid: u32) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
-        let pid = format!("{}\n", std::process::id());
+        let pid = format!("{pid}\n");
         file.write_all_at(pid.as_bytes(), 0)?;
         file.set_len(pid.len() as u64)
     }

@@ -58,14 +58,21 @@ pub fn on_signals(
     Ok(())
 }
 
-/// `(pid, value)` of a signal sent with `sigqueue`; `None` for one sent by `kill`.
+/// `(pid, value)` of a signal sent with `sigqueue`; `None` for one sent by `kill`. A sender
+/// outside our pid namespace has pid 0 here: the namespace sandbox's supervisor, forwarding
+/// it, put the pid of the process that sent it in the value's high 32 bits.
 fn queued_by(info: &libc::siginfo_t) -> Option<(u32, u32)> {
     if info.si_code != libc::SI_QUEUE {
         return None;
     }
     // SAFETY: for SI_QUEUE the kernel filled si_pid and si_value.
     let (pid, value) = unsafe { (info.si_pid(), info.si_value()) };
-    Some((pid as u32, value.sival_ptr as usize as u32))
+    let value = value.sival_ptr as usize as u64;
+    let pid = match pid {
+        0 => (value >> 32) as u32,
+        p => p as u32,
+    };
+    Some((pid, value as u32))
 }
 
 /// The name of a termination signal, for the log.

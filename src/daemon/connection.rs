@@ -28,8 +28,8 @@ pub(super) struct Serving<'a> {
     pub tag: Option<&'a str>,
     /// `--thread-pool-size`.
     pub pool_size: usize,
-    /// In-place upgrades (not under the namespace sandbox): connections go through a relay.
-    pub upgrader: Option<&'a Upgrader>,
+    /// In-place upgrades: connections go through a relay.
+    pub upgrader: &'a Upgrader,
 }
 
 /// How a connection ended (when it did not fail the daemon).
@@ -59,18 +59,13 @@ pub(super) fn serve_connection(
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon = VhostUserDaemon::new("vhostfs".into(), backend.clone(), mem)
         .map_err(|e| format!("vhost-user: {e}"))?;
-    match with.upgrader {
-        Some(up) => upgrade::serve(
-            up,
-            &mut daemon,
-            listener,
-            (backend.clone(), Arc::clone(with.server)),
-            inherited,
-        )?,
-        None => daemon
-            .start(listener)
-            .map_err(|e| format!("vhost-user: {e}"))?,
-    }
+    upgrade::serve(
+        with.upgrader,
+        &mut daemon,
+        listener,
+        (backend.clone(), Arc::clone(with.server)),
+        inherited,
+    )?;
     if let Some(n) = with.notifier {
         n.send("STATUS=serving the guest");
     }
@@ -88,9 +83,14 @@ pub(super) fn serve_connection(
         }
         Err(e) => Ended::Dropped(format!("vhost-user: {e}")),
     };
-    if let Some(up) = with.upgrader {
-        up.serving(None);
-    }
+    // A message the relay refused ends the handler's stream as a disconnect would.
+    let ended = match (ended, with.upgrader.broken()) {
+        (Ended::Disconnected, Some(why)) => Ended::Dropped(format!(
+            "the vhost-user frontend broke the protocol ({why})"
+        )),
+        (ended, _) => ended,
+    };
+    with.upgrader.serving(None);
     backend.finish(daemon);
     with.server.log_stats();
     with.server.end_session();

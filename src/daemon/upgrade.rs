@@ -10,8 +10,9 @@
 //!
 //! The steps (SIGHUP, or `vhostfs upgrade`, which sends it with a nonce through `sigqueue`):
 //! 1. The launcher starts the binary and it gets the [`Process`] part (listening socket, pid
-//!    file, metrics listener, notify socket) over a socket pair, fds as SCM_RIGHTS. It starts
-//!    up (file handles, sandbox) while we serve on, and answers `W`.
+//!    file, metrics listener, notify socket; under `--sandbox=namespace` our mount namespace,
+//!    which it joins) over a socket pair, fds as SCM_RIGHTS. It starts up (file handles,
+//!    sandbox) while we serve on, and answers `W`.
 //! 2. The relay stops between two messages, everything the handler was sent answered.
 //! 3. The queues stop taking chains and finish those taken (`VhostFsBackend::pause`): each used
 //!    index now equals its next available index. The guest's pause starts here.
@@ -20,9 +21,11 @@
 //! 5. The [`Session`] goes over: the set-up, the frontend's connection, the FUSE session with
 //!    the fd of every inode and open file (`FuseServer::save_state_with_fds`). The new process
 //!    loads it, replays the set-up into its own handler (each step acknowledged), answers `R`;
-//!    we tell systemd its pid (`MAINPID=`) and exit. It then kicks every running vring (kicks
-//!    we consumed while stopped are not lost), writes its pid into the pid file, and relays the
-//!    same connection.
+//!    we tell systemd its pid (`MAINPID=`) and our sandbox supervisor that the socket and pid
+//!    file are no longer ours, and exit. It then kicks every running vring (kicks we consumed
+//!    while stopped are not lost), takes the socket and pid file as its own, writes its pid
+//!    (the host's, its supervisor's under the namespace sandbox) into the pid file, and relays
+//!    the same connection.
 //! 6. Any failure before `R` (the binary missing or exiting, a refused state, a request still
 //!    running after [`QUIESCE`], no answer in [`ANSWER`]): the new process is killed; if our
 //!    queues had stopped, the vring part of the set-up is replayed into our own handler, the
@@ -40,7 +43,7 @@ mod wire;
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -60,48 +63,18 @@ use handover::{Answer, Session};
 pub use launcher::Launcher;
 pub use relay::Relay;
 use setup::DeviceSetup;
-use wire::{req, Msg, NEED_REPLY};
+use wire::{req, Msg};
 
 /// How long the queues may take to finish the requests they run.
 pub const QUIESCE: Duration = Duration::from_secs(2);
 /// How long the new process may take to start and take over.
 pub const ANSWER: Duration = Duration::from_secs(30);
 
-/// Sends `msg` to a handler on `sock`; returns its reply when it sends one: to a query, or
-/// (REPLY_ACK) to a message flagged NEED_REPLY, whose acknowledgement must be 0.
-fn exchange(sock: &UnixStream, msg: &Msg) -> io::Result<Option<Msg>> {
-    wire::send(sock, msg)?;
-    let query = matches!(
-        msg.request,
-        req::GET_FEATURES | req::GET_PROTOCOL_FEATURES | req::GET_VRING_BASE
-    );
-    if !query && msg.flags & NEED_REPLY == 0 {
-        return Ok(None);
-    }
-    let reply = match wire::recv(sock)? {
-        Some(r) if r.request == msg.request => r,
-        Some(r) => {
-            return Err(io::Error::other(format!(
-                "the vhost-user handler answered request {} with {}",
-                msg.request, r.request
-            )))
-        }
-        None => return Err(io::Error::other("the vhost-user handler closed its end")),
-    };
-    if !query && reply.u64_at(0) != Some(0) {
-        return Err(io::Error::other(format!(
-            "the vhost-user handler refused request {}",
-            msg.request
-        )));
-    }
-    Ok(Some(reply))
-}
-
 /// Replays `msgs` into the handler on `sock`, checking that it offers every feature `setup`
 /// had negotiated.
 fn replay(sock: &UnixStream, setup: &DeviceSetup, msgs: &[Msg]) -> io::Result<()> {
     for m in msgs {
-        let reply = exchange(sock, m)?;
+        let reply = wire::exchange(sock, m)?;
         let (wanted, what) = match m.request {
             req::GET_FEATURES => (setup.features, "virtio features"),
             req::GET_PROTOCOL_FEATURES => (setup.protocol_features, "protocol features"),
@@ -139,18 +112,6 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Kicks every running vring once: chains the guest added while no process watched the kick
-/// eventfds are served.
-fn kick(setup: &DeviceSetup) {
-    for v in setup.vrings.iter().filter(|v| v.started) {
-        if let Some(Some(fd)) = &v.kick {
-            if let Ok(fd) = fd.try_clone() {
-                let _ = File::from(fd).write_all(&1u64.to_ne_bytes());
-            }
-        }
-    }
-}
-
 /// The binary an upgrade executes: the path this process was started as when it has a slash
 /// (the launcher keeps the start-up working directory), so a new build installed at that path
 /// is the one started; else the one `/proc/self/exe` names.
@@ -175,42 +136,53 @@ pub struct Connection {
 }
 
 /// What an upgrade hands over besides the connection: fds of the daemon (duplicates).
+pub struct Handed {
+    pub listener: OwnedFd,
+    pub pid_file: Option<OwnedFd>,
+    pub metrics: Option<OwnedFd>,
+    pub notifier: Option<Notifier>,
+    /// `--sandbox=namespace`: the mount namespace we serve in.
+    pub mount_ns: Option<OwnedFd>,
+    /// Unprivileged under `--sandbox=namespace`: the user namespace we serve in.
+    pub user_ns: Option<OwnedFd>,
+}
+
+/// In-place upgrades of this process.
 pub struct Upgrader {
     launcher: Launcher,
-    listener: OwnedFd,
-    pid_file: Option<OwnedFd>,
-    metrics: Option<OwnedFd>,
-    notifier: Option<Notifier>,
+    handed: Handed,
+    /// Our pid as the host sees it (the sandbox supervisor's under `--sandbox=namespace`): what
+    /// the pid file, systemd and `vhostfs upgrade` are told.
+    host_pid: u32,
     current: Mutex<Option<Connection>>,
 }
 
 impl Upgrader {
-    pub fn new(
-        launcher: Launcher,
-        listener: OwnedFd,
-        pid_file: Option<OwnedFd>,
-        metrics: Option<OwnedFd>,
-        notifier: Option<Notifier>,
-    ) -> Upgrader {
+    pub fn new(launcher: Launcher, handed: Handed, host_pid: u32) -> Upgrader {
         Upgrader {
             launcher,
-            listener,
-            pid_file,
-            metrics,
-            notifier,
+            handed,
+            host_pid,
             current: Mutex::new(None),
         }
     }
 
     /// Writes our pid into the pid file, once this process serves what it was handed.
     fn claim_pid_file(&self) {
-        let Some(fd) = &self.pid_file else { return };
+        let Some(fd) = &self.handed.pid_file else {
+            return;
+        };
         let claimed = fd
             .try_clone()
-            .and_then(|fd| crate::pid_file::PidFile::claim(&File::from(fd)));
+            .and_then(|fd| crate::pid_file::PidFile::claim(&File::from(fd), self.host_pid));
         if let Err(e) = claimed {
             log::warn!("cannot write our pid into the pid file: {e}");
         }
+    }
+
+    /// Why the relay of the connection served refused a frontend message, if it did.
+    pub fn broken(&self) -> Option<String> {
+        lock(&self.current).as_ref().and_then(|c| c.relay.broken())
     }
 
     /// The connection now served (`None` once it ends).
@@ -225,9 +197,10 @@ impl Upgrader {
         match self.hand_over(requester) {
             Ok(pid) => {
                 log::info!("pid {pid} took over: exiting");
-                if let Some(n) = &self.notifier {
+                if let Some(n) = &self.handed.notifier {
                     n.send(&format!("MAINPID={pid}"));
                 }
+                crate::sandbox::handed_over();
                 // Nothing is cleaned up: the socket, pid file and connection are the new
                 // process's now.
                 std::process::exit(0);
@@ -272,11 +245,14 @@ impl Upgrader {
     fn start_next(&self, sock: &UnixStream, requester: Option<(u32, u32)>) -> Result<(), String> {
         let dup = |fd: &OwnedFd| fd.try_clone().map_err(|e| format!("dup: {e}"));
         let dup_opt = |fd: &Option<OwnedFd>| fd.as_ref().map(dup).transpose();
+        let h = &self.handed;
         let process = Process {
-            listener: Some(dup(&self.listener)?),
-            pid_file: dup_opt(&self.pid_file)?,
-            metrics: dup_opt(&self.metrics)?,
-            notify: self
+            listener: Some(dup(&h.listener)?),
+            pid_file: dup_opt(&h.pid_file)?,
+            metrics: dup_opt(&h.metrics)?,
+            mount_ns: dup_opt(&h.mount_ns)?,
+            user_ns: dup_opt(&h.user_ns)?,
+            notify: h
                 .notifier
                 .as_ref()
                 .map(|n| n.socket().try_clone_to_owned())
@@ -335,7 +311,7 @@ impl Upgrader {
                 log::error!("cannot restart the vrings after a failed upgrade: {e}");
             }
             conn.backend.resume();
-            kick(&paused.setup);
+            paused.setup.kick();
             paused.resume();
         }
         result
@@ -346,7 +322,7 @@ impl Upgrader {
         let started: Vec<u32> = paused.setup.started().collect();
         for i in started {
             let payload = [i.to_le_bytes(), 0u32.to_le_bytes()].concat();
-            let reply = exchange(
+            let reply = wire::exchange(
                 paused.backend(),
                 &Msg::new(req::GET_VRING_BASE, payload, Vec::new()),
             )
@@ -394,6 +370,19 @@ impl Inherited {
         }
     }
 
+    /// Under `--sandbox=namespace`: the namespaces of the old daemon, which this one joins;
+    /// refused when the old one sent none.
+    pub fn namespaces(&mut self) -> Result<crate::sandbox::Join, String> {
+        let Some(mount) = self.process.mount_ns.take() else {
+            return Err(self.refuse(
+                "upgrade: the old daemon sent no mount namespace to join (it runs under another \
+                 --sandbox)",
+            ));
+        };
+        let user = self.process.user_ns.take();
+        Ok(crate::sandbox::Join { mount, user })
+    }
+
     /// Refuses the hand-over: the old process serves on.
     fn refuse(&self, why: &str) -> String {
         let _ = handover::answer(&self.sock, Answer::Refused(why));
@@ -428,7 +417,7 @@ impl Inherited {
             .map_err(|e| format!("the hand-over connection: {e}"))?;
         // The old process exits at once: the end of the connection says it is gone.
         let _ = (&self.sock).read(&mut [0u8; 1]);
-        kick(&setup);
+        setup.kick();
         let paused_ms = monotonic_ns().saturating_sub(paused_at) as f64 / 1e6;
         log::info!(
             "took over the vhost-user connection: the queues stood still for {paused_ms:.1} ms"
@@ -463,16 +452,21 @@ pub fn serve(
                 return Err(inherited.refuse(&format!("the FUSE session: {e}")));
             }
             let relay = inherited.adopt(handler, session)?;
+            // The socket and pid file are ours now: removed when we exit.
+            crate::sandbox::took_over();
+            if let Err(e) = up.launcher.cleanup(true) {
+                log::warn!("the launcher: {e}: the socket and pid file may stay behind");
+            }
             up.claim_pid_file();
-            if let Some(n) = &up.notifier {
+            if let Some(n) = &up.handed.notifier {
                 n.send(&format!(
                     "MAINPID={}\nREADY=1\nSTATUS=serving the guest",
-                    std::process::id()
+                    up.host_pid
                 ));
             }
             if let Some((pid, nonce)) = requester {
                 up.launcher
-                    .report(pid, nonce, &format!("ok {}", std::process::id()));
+                    .report(pid, nonce, &format!("ok {}", up.host_pid));
             }
             relay
         }

@@ -224,7 +224,6 @@ fn check_name(name: &CStr) -> io::Result<()> {
 
 impl PassthroughFs {
     pub fn new(cfg: FsConfig) -> io::Result<PassthroughFs> {
-        let budget = FdBudget::new(cfg.fd_budget);
         let proc_self_fd = sys::openat(
             std::fs::File::open("/")?.as_fd(),
             c"proc/self/fd",
@@ -232,6 +231,13 @@ impl PassthroughFs {
             0,
         )
         .map_err(|e| io::Error::new(e.kind(), format!("cannot open /proc/self/fd: {e}")))?;
+        PassthroughFs::with_proc_self_fd(cfg, proc_self_fd)
+    }
+
+    /// [`PassthroughFs::new`] with `/proc/self/fd` opened by the caller (an O_PATH directory
+    /// fd; the sandbox's, when the root it serves in has no `/proc`).
+    pub fn with_proc_self_fd(cfg: FsConfig, proc_self_fd: OwnedFd) -> io::Result<PassthroughFs> {
+        let budget = FdBudget::new(cfg.fd_budget);
         let path = std::ffi::CString::new(cfg.shared_dir.as_os_str().as_encoded_bytes())
             .map_err(|_| err(libc::EINVAL))?;
         let root_fd = sys::openat(

@@ -23,7 +23,16 @@
 //!    mount and network namespace, makes every mount a slave of the host's (host unmounts still
 //!    propagate in, nothing propagates out) and mounts a fresh `/proc` of its own pid namespace,
 //!    so the `/proc/self/fd` that `PassthroughFs::new` opens next shows no host process. Last,
-//!    it bind-mounts the shared dir on itself, recursively (the future root, see below).
+//!    it bind-mounts the shared dir on itself, recursively (the future root, see below). It
+//!    keeps an fd of its mount namespace, for an in-place upgrade.
+//!    A process an in-place upgrade started (`join`: that fd, handed over, and unprivileged
+//!    the old daemon's user namespace, which it joins instead of making one, with the same
+//!    ids) forks its supervisor the same way, but its child *joins* the old daemon's mount
+//!    namespace instead of making one (`setns`: root and cwd become that namespace's root,
+//!    the share), with a
+//!    new network namespace and a `/proc` of its own pid namespace mounted nowhere
+//!    ([`Sandbox::take_proc_self_fd`]); from then on the shared dir is `/`
+//!    ([`Sandbox::shared_dir`]) and step 2 does not `pivot_root` again.
 //! 2. [`Sandbox::confine`], once the filesystem holds its fds (shared dir, `/proc/self/fd`) and
 //!    the listening socket exists, before the first connection is accepted: `namespace`
 //!    `pivot_root`s into that bind mount and detaches the old root; `chroot` chroots into the
@@ -47,6 +56,10 @@
 //!   not the process the service manager started). A readiness notification to the service
 //!   manager must likewise name the supervisor; a notification sent by the child before
 //!   [`Sandbox::confine`] reaches the socket path but carries the child's pid.
+//! - A process started by an in-place upgrade serves in the old daemon's mount namespace, never
+//!   in one of its own: its inodes' keys and file handles name mounts by ID, and those IDs
+//!   are the old mounts'. The supervisor removes the socket and pid file only once they are
+//!   its child's (see `supervisor`).
 //! - The fork happens before any thread exists (logging is the only thing set up before).
 //! - When the namespace sandbox cannot be set up, `enter` fails with one line naming the
 //!   fixes (`--sandbox=chroot` or `--sandbox=none`; unprivileged: enabling user namespaces,
@@ -64,7 +77,7 @@ mod userns;
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -76,7 +89,7 @@ pub use userns::IdMap;
 
 use crate::option_values::option_values;
 use landlock::Landlock;
-use userns::{enter_user_namespace, UserNsError};
+use userns::{enter_user_namespace, join_user_namespace, UserNsError};
 
 option_values! {
     /// Which sandbox to set up (`--sandbox`).
@@ -118,6 +131,34 @@ pub struct Sandbox {
     mode: SandboxMode,
     /// Whether the daemon runs in a user namespace of its own (an unprivileged `namespace` run).
     user_ns: bool,
+    /// `namespace` mode: the mount namespace the daemon serves in (made by it, or joined), for
+    /// the next process of an in-place upgrade.
+    mount_ns: Option<OwnedFd>,
+    /// Likewise its user namespace, in an unprivileged run.
+    user_ns_fd: Option<OwnedFd>,
+    /// Whether that namespace was joined (its root is the share already).
+    joined: bool,
+    /// A joined namespace has no `/proc`: `/proc/self/fd` of one mounted nowhere.
+    proc_self_fd: Option<OwnedFd>,
+}
+
+/// What a process an in-place upgrade started joins under `--sandbox=namespace`: the old
+/// daemon's mount namespace and, in an unprivileged run, its user namespace.
+pub struct Join {
+    pub mount: OwnedFd,
+    pub user: Option<OwnedFd>,
+}
+
+/// In the serving child of the `namespace` mode: tells the supervisor that the socket and pid
+/// file are this process's now (it took an in-place upgrade over). Elsewhere nothing.
+pub fn took_over() {
+    supervisor::tell(supervisor::TOOK_OVER);
+}
+
+/// In the serving child of the `namespace` mode: tells the supervisor that the socket and pid
+/// file are another process's now (this one handed over and exits). Elsewhere nothing.
+pub fn handed_over() {
+    supervisor::tell(supervisor::HANDED_OVER);
 }
 
 fn os_err(what: &str) -> io::Error {
@@ -144,8 +185,14 @@ impl Sandbox {
     /// Checks first that the capabilities the options need are there
     /// ([`capabilities::check_available`]).
     /// `created`: the socket and pid file the daemon created, which the supervisor removes
-    /// when the child has exited.
-    pub fn enter(cfg: &SandboxConfig, created: Vec<PathBuf>) -> Result<Sandbox, String> {
+    /// when the child has exited. `join`: in `namespace` mode, the mount namespace of the
+    /// daemon an in-place upgrade takes over from, joined instead of making one (the socket and
+    /// pid file are then the child's only once it says it took over, [`took_over`]).
+    pub fn enter(
+        cfg: &SandboxConfig,
+        created: Vec<PathBuf>,
+        join: Option<Join>,
+    ) -> Result<Sandbox, String> {
         let mode = cfg.mode;
         // SAFETY: plain syscall.
         let root = unsafe { libc::geteuid() } == 0;
@@ -168,7 +215,13 @@ impl Sandbox {
         let user_ns = !root && mode == SandboxMode::Namespace;
         capabilities::check_available(&cfg.modcaps, cfg.handles_required, user_ns)?;
         let _ = CLEANUP.set(created);
-        if user_ns {
+        if let (true, Some(join)) = (user_ns, &join) {
+            let ns = join.user.as_ref().ok_or(
+                "upgrade: the old daemon sent no user namespace to join (it runs as root)",
+            )?;
+            join_user_namespace(ns, &cfg.gid_map)
+                .map_err(|e| format!("upgrade: cannot join the old daemon's sandbox ({e})"))?;
+        } else if user_ns {
             enter_user_namespace(&cfg.uid_map, &cfg.gid_map).map_err(|e| match e {
                 UserNsError::Unavailable(e) => format!(
                     "cannot set up the namespace sandbox: no user namespace ({e}); enable \
@@ -188,17 +241,76 @@ impl Sandbox {
                 ),
             })?;
         }
-        if mode == SandboxMode::Namespace {
-            supervisor::fork_supervisor()
-                .and_then(|()| root::enter_mount_namespace(&cfg.shared_dir))
-                .map_err(|e| {
+        // Through the host's /proc, before any other namespace: ours now.
+        let user_ns_fd = match user_ns {
+            true => Some(OwnedFd::from(
+                std::fs::File::open("/proc/self/ns/user")
+                    .map_err(|e| format!("the sandbox's user namespace: {e}"))?,
+            )),
+            false => None,
+        };
+        let mut sandbox = Sandbox {
+            mode,
+            user_ns,
+            mount_ns: None,
+            user_ns_fd,
+            joined: join.is_some(),
+            proc_self_fd: None,
+        };
+        if mode != SandboxMode::Namespace {
+            return Ok(sandbox);
+        }
+        supervisor::fork_supervisor(join.is_none()).map_err(|e| {
+            format!(
+                "cannot set up the namespace sandbox ({e}); run as root with namespaces \
+                     available, or pass --sandbox=chroot or --sandbox=none"
+            )
+        })?;
+        match join {
+            None => {
+                let ns = root::enter_mount_namespace(&cfg.shared_dir).map_err(|e| {
                     format!(
                         "cannot set up the namespace sandbox ({e}); run as root with namespaces \
-                     available, or pass --sandbox=chroot or --sandbox=none"
+                         available, or pass --sandbox=chroot or --sandbox=none"
                     )
                 })?;
+                sandbox.mount_ns = Some(ns);
+            }
+            Some(Join { mount, .. }) => {
+                let proc = root::join_mount_namespace(&mount)
+                    .map_err(|e| format!("upgrade: cannot join the old daemon's sandbox ({e})"))?;
+                sandbox.proc_self_fd = Some(proc);
+                sandbox.mount_ns = Some(mount);
+            }
         }
-        Ok(Sandbox { mode, user_ns })
+        Ok(sandbox)
+    }
+
+    /// The mount namespace the daemon serves in (`namespace` mode), for an in-place upgrade.
+    pub fn mount_namespace(&self) -> Option<BorrowedFd<'_>> {
+        self.mount_ns.as_ref().map(AsFd::as_fd)
+    }
+
+    /// The user namespace the daemon serves in (an unprivileged `namespace` run), for an
+    /// in-place upgrade.
+    pub fn user_namespace(&self) -> Option<BorrowedFd<'_>> {
+        self.user_ns_fd.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Where the shared dir is from now on: `shared_dir` itself, or `/` in a joined namespace
+    /// (its root is the share).
+    pub fn shared_dir(&self, shared_dir: &Path) -> PathBuf {
+        if self.joined {
+            PathBuf::from("/")
+        } else {
+            shared_dir.to_path_buf()
+        }
+    }
+
+    /// `/proc/self/fd` for the passthrough when the usual one does not resolve (a joined
+    /// namespace); `None` otherwise.
+    pub fn take_proc_self_fd(&mut self) -> Option<OwnedFd> {
+        self.proc_self_fd.take()
     }
 
     /// Step 2 (see the module doc), in this order: make the shared dir the root of this
@@ -207,8 +319,10 @@ impl Sandbox {
     /// no longer allows the set-up syscalls). Must be called while single-threaded: Landlock
     /// domains and capabilities are per thread.
     pub fn confine(&self, cfg: &SandboxConfig, file_handles: bool) -> Result<(), String> {
-        let landlock = Landlock::prepare(cfg.landlock, &cfg.shared_dir)?;
-        self.enter_root(&cfg.shared_dir)?;
+        let landlock = Landlock::prepare(cfg.landlock, &self.shared_dir(&cfg.shared_dir))?;
+        if !self.joined {
+            self.enter_root(&cfg.shared_dir)?;
+        }
         landlock.enforce()?;
         let kept = capabilities::drop_to(&capabilities::wanted(file_handles, &cfg.modcaps))?;
         let mut names: Vec<String> = kept.iter().map(|c| c.to_string()).collect();

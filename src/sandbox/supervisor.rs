@@ -1,19 +1,51 @@
 //! The supervisor of the namespace sandbox: the original process forks the serving child into
 //! a new pid namespace, forwards signals to it, waits for it and exits with its status; the
 //! child (pid 1 of its namespace) dies with its supervisor.
+//!
+//! An in-place upgrade replaces both: the new process is a supervisor of its own, with its own
+//! child. The child tells its supervisor over a pipe when the socket and pid file become its
+//! own ([`TOOK_OVER`]) and when they stop being so ([`HANDED_OVER`]); the supervisor removes
+//! them after the child exits only if they are its own then. So the old supervisor, whose
+//! child exits once the new process serves, leaves them to the new one, and a new process
+//! that fails before taking over leaves them to the old one.
 
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::OnceLock;
 
 use super::{check, os_err, pipe, CLEANUP};
 
 /// The child the supervisor forwards signals to (0 before the fork).
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// In the child: the write end of the pipe its supervisor reads once it has exited. Held by
+/// the child alone (close-on-exec, and the child forks nothing), so the supervisor reads it
+/// to its end.
+static STATUS: OnceLock<OwnedFd> = OnceLock::new();
+
+/// On the status pipe: the socket and pid file are the child's now (an upgrade took over).
+pub(super) const TOOK_OVER: u8 = b'T';
+/// On the status pipe: they are another process's now (the child handed over).
+pub(super) const HANDED_OVER: u8 = b'U';
+
+/// Tells the supervisor (if this process has one) `what` ([`TOOK_OVER`], [`HANDED_OVER`]).
+pub(super) fn tell(what: u8) {
+    let Some(fd) = STATUS.get() else { return };
+    // SAFETY: a one-byte write from a valid buffer to an fd we hold (a pipe write this small
+    // is atomic).
+    if unsafe { libc::write(fd.as_raw_fd(), [what].as_ptr().cast(), 1) } != 1 {
+        log::warn!(
+            "cannot tell the sandbox supervisor: {}",
+            io::Error::last_os_error()
+        );
+    }
+}
+
 /// unshare(NEWPID) and fork: the parent becomes the supervisor and never returns; the child,
-/// pid 1 of the new pid namespace, returns.
-pub(super) fn fork_supervisor() -> io::Result<()> {
+/// pid 1 of the new pid namespace, returns. `owns`: whether the socket and pid file are the
+/// child's from the start (not when an in-place upgrade started this process).
+pub(super) fn fork_supervisor(owns: bool) -> io::Result<()> {
     // SAFETY: plain syscall; CLONE_NEWPID only affects children created afterwards.
     check(
         unsafe { libc::unshare(libc::CLONE_NEWPID) },
@@ -21,6 +53,7 @@ pub(super) fn fork_supervisor() -> io::Result<()> {
     )?;
     // Lets the child notice a supervisor that died before PR_SET_PDEATHSIG was in force.
     let (alive_r, alive_w) = pipe()?;
+    let (status_r, status_w) = pipe()?;
     // SAFETY: the process is single-threaded (module invariant), so the child may run
     // arbitrary code after fork.
     let pid = unsafe { libc::fork() };
@@ -28,10 +61,11 @@ pub(super) fn fork_supervisor() -> io::Result<()> {
         return Err(os_err("fork"));
     }
     if pid > 0 {
-        drop(alive_r);
-        supervise(pid, alive_w);
+        drop((alive_r, status_w));
+        supervise(pid, alive_w, status_r, owns);
     }
-    drop(alive_w);
+    drop((alive_w, status_r));
+    let _ = STATUS.set(status_w);
     // SAFETY: plain prctl.
     check(
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) },
@@ -52,11 +86,41 @@ pub(super) fn fork_supervisor() -> io::Result<()> {
     Ok(())
 }
 
-extern "C" fn forward_signal(sig: libc::c_int) {
+/// The start of a siginfo of `sigqueue` as the kernel lays it out (`si_value` after five ints,
+/// pointer-aligned), to set the value of one forwarded.
+#[repr(C)]
+struct QueuedInfo {
+    _signo: libc::c_int,
+    _errno: libc::c_int,
+    _code: libc::c_int,
+    _pid: libc::c_int,
+    _uid: libc::c_int,
+    value: usize,
+}
+
+/// Forwards `sig` to the child. One sent with `sigqueue` (`vhostfs upgrade`) goes on with
+/// its value, and its sender's pid in the value's high 32 bits: the kernel gives the child 0
+/// as the pid of a sender outside its pid namespace (`shutdown` reads it back).
+extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     let child = CHILD.load(Ordering::Relaxed);
-    if child > 0 {
-        // SAFETY: kill is async-signal-safe.
-        unsafe { libc::kill(child, sig) };
+    if child <= 0 {
+        return;
+    }
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler, and for SI_QUEUE it
+    // holds si_pid and si_value (QueuedInfo's layout); kill and the raw rt_sigqueueinfo
+    // syscall are async-signal-safe. A negative si_code (SI_QUEUE) may be sent to another
+    // process.
+    unsafe {
+        if info.is_null() || (*info).si_code != libc::SI_QUEUE {
+            libc::kill(child, sig);
+            return;
+        }
+        let mut fwd = *info;
+        let sender = (*info).si_pid() as u32 as u64;
+        let value = (*info).si_value().sival_ptr as usize as u64 & 0xffff_ffff;
+        (*(&mut fwd as *mut libc::siginfo_t).cast::<QueuedInfo>()).value =
+            (sender << 32 | value) as usize;
+        libc::syscall(libc::SYS_rt_sigqueueinfo, child, sig, &fwd);
     }
 }
 
@@ -72,11 +136,12 @@ const FORWARDED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, 
 /// has no handler for is ignored rather than fatal.
 const FORWARDED_ONLY: [libc::c_int; 1] = [libc::SIGUSR1];
 
-fn set_handler(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
-    // SAFETY: a zeroed sigaction with a plain handler and an empty mask is valid.
+/// Installs `handler` (a plain one, or with `SA_SIGINFO` in `flags` one taking the siginfo).
+fn set_handler(sig: libc::c_int, handler: usize, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: a zeroed sigaction with a handler and an empty mask is valid.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-    sa.sa_sigaction = handler as usize;
-    sa.sa_flags = libc::SA_RESTART;
+    sa.sa_sigaction = handler;
+    sa.sa_flags = libc::SA_RESTART | flags;
     // SAFETY: valid sigaction; the handler only calls async-signal-safe functions.
     check(
         unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) },
@@ -87,16 +152,24 @@ fn set_handler(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Res
 /// The child is pid 1 of its namespace: without handlers, forwarded signals would be ignored.
 /// The daemon may install its own handlers later (they replace these).
 fn install_child_signal_handlers() -> io::Result<()> {
-    FORWARDED
-        .iter()
-        .try_for_each(|&sig| set_handler(sig, exit_on_signal))
+    FORWARDED.iter().try_for_each(|&sig| {
+        set_handler(
+            sig,
+            exit_on_signal as extern "C" fn(libc::c_int) as usize,
+            0,
+        )
+    })
 }
 
-/// The supervisor: forward signals to `child`, wait for it, exit with its status.
-fn supervise(child: libc::pid_t, _alive: OwnedFd) -> ! {
+/// The supervisor: forward signals to `child`, wait for it, exit with its status; remove the
+/// socket and pid file if they are the child's when it exits (`owns`, then what it said on
+/// `told`).
+fn supervise(child: libc::pid_t, _alive: OwnedFd, told: OwnedFd, mut owns: bool) -> ! {
     CHILD.store(child, Ordering::Relaxed);
+    type Forward = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+    let forward = forward_signal as Forward as usize;
     for sig in FORWARDED.into_iter().chain(FORWARDED_ONLY) {
-        if let Err(e) = set_handler(sig, forward_signal) {
+        if let Err(e) = set_handler(sig, forward, libc::SA_SIGINFO) {
             log::warn!("sandbox supervisor: cannot forward signal {sig}: {e}");
         }
     }
@@ -115,8 +188,19 @@ fn supervise(child: libc::pid_t, _alive: OwnedFd) -> ! {
             std::process::exit(1);
         }
     }
-    for path in CLEANUP.get().into_iter().flatten() {
-        let _ = std::fs::remove_file(path);
+    let mut said = Vec::new();
+    let _ = std::fs::File::from(told).read_to_end(&mut said);
+    for &what in &said {
+        owns = match what {
+            TOOK_OVER => true,
+            HANDED_OVER => false,
+            _ => owns,
+        };
+    }
+    if owns {
+        for path in CLEANUP.get().into_iter().flatten() {
+            let _ = std::fs::remove_file(path);
+        }
     }
     let code = if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)

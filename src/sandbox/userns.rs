@@ -2,6 +2,7 @@
 //! the helper child that writes them from outside.
 
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use super::{check, os_err, pipe};
 
@@ -118,6 +119,25 @@ pub(super) fn enter_user_namespace(
             msg
         }));
     }
+    become_root(gid_map)?;
+    Ok(())
+}
+
+/// For a process an in-place upgrade started: joins the user namespace `ns` of the daemon it
+/// takes over from (an unprivileged process has every capability in a user namespace its
+/// own uid created), with the same ids as that daemon (its maps are the namespace's).
+pub(super) fn join_user_namespace(ns: &OwnedFd, gid_map: &[IdMap]) -> io::Result<()> {
+    // SAFETY: plain syscall on an fd we hold; the process is single-threaded (setns of a
+    // user namespace refuses a multithreaded caller).
+    check(
+        unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWUSER) },
+        "setns(the old daemon's user namespace)",
+    )?;
+    become_root(gid_map)
+}
+
+/// Takes uid and gid 0 inside the user namespace just entered.
+fn become_root(gid_map: &[IdMap]) -> io::Result<()> {
     // SAFETY: plain syscalls on this (only) thread's credentials.
     unsafe {
         if !gid_map.is_empty() {
@@ -125,9 +145,8 @@ pub(super) fn enter_user_namespace(
             check(libc::setgroups(0, std::ptr::null()), "setgroups")?;
         }
         check(libc::setresgid(0, 0, 0), "setresgid(0): gid 0 not mapped")?;
-        check(libc::setresuid(0, 0, 0), "setresuid(0): uid 0 not mapped")?;
+        check(libc::setresuid(0, 0, 0), "setresuid(0): uid 0 not mapped")
     }
-    Ok(())
 }
 
 /// Writes the id maps of `pid`'s user namespace. Without a map the caller's id becomes 0 (a

@@ -7,11 +7,9 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::Instant;
 
 use super::launcher::report_name;
-use std::os::unix::ffi::OsStrExt;
 
-use crate::cli::{Action, UpgradeDaemon, UpgradeTarget};
+use crate::cli::{UpgradeDaemon, UpgradeTarget};
 use crate::pid_file::PidFile;
-use crate::sandbox::SandboxMode;
 
 /// The pid in `<socket>.pid`.
 fn pid_in_file(socket: &std::path::Path) -> Result<u32, String> {
@@ -34,33 +32,12 @@ fn sigqueue(pid: u32, nonce: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Refuses at once a daemon whose command line (`/proc/PID/cmdline`) says it cannot upgrade:
-/// one under the namespace sandbox (it would ignore the signal).
-fn check_upgradable(pid: u32) -> Result<(), String> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map_err(|e| format!("pid {pid}: {e} (is the daemon running?)"))?;
-    let args = raw
-        .split(|&b| b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| std::ffi::OsString::from(std::ffi::OsStr::from_bytes(a)));
-    if let Ok(Action::Run(cfg)) = crate::cli::parse_args(args) {
-        if cfg.sandbox == SandboxMode::Namespace {
-            return Err(format!(
-                "pid {pid} runs with --sandbox=namespace: an in-place upgrade needs \
-                 --sandbox=chroot or --sandbox=none (restart it instead)"
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Upgrades the daemon `target` names; `Ok` with the new process's pid once it serves.
 pub fn run(target: &UpgradeTarget) -> Result<u32, String> {
     let pid = match &target.daemon {
         UpgradeDaemon::Socket(s) => pid_in_file(s)?,
         UpgradeDaemon::Pid(p) => *p,
     };
-    check_upgradable(pid)?;
     let addr = SocketAddr::from_abstract_name(report_name(std::process::id()).as_bytes())
         .map_err(|e| e.to_string())?;
     let sock = UnixDatagram::bind_addr(&addr).map_err(|e| format!("report socket: {e}"))?;

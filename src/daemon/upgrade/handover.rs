@@ -28,7 +28,7 @@ pub const WAITING: u8 = b'W';
 pub const READY: u8 = b'R';
 
 pub const MAGIC: &[u8; 8] = b"VHFSUPGR";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Fds per frame (the kernel's limit for one message is 253).
 const FDS_PER_FRAME: usize = 200;
 /// Largest state accepted (the FUSE session of a million inodes fits many times over).
@@ -45,6 +45,11 @@ pub struct Process {
     pub metrics: Option<OwnedFd>,
     /// The connected `NOTIFY_SOCKET` datagram socket.
     pub notify: Option<OwnedFd>,
+    /// `--sandbox=namespace`: the mount namespace the old daemon serves in, which the new one
+    /// joins (the same mounts, so the same mount IDs in the inode keys).
+    pub mount_ns: Option<OwnedFd>,
+    /// Unprivileged, its user namespace, which the new one joins first.
+    pub user_ns: Option<OwnedFd>,
     /// The `vhostfs upgrade` process to tell the outcome, and its nonce.
     pub requester: Option<(u32, u32)>,
 }
@@ -221,6 +226,8 @@ fn encode_process(p: Process) -> Enc {
     e.opt_fd(p.pid_file);
     e.opt_fd(p.metrics);
     e.opt_fd(p.notify);
+    e.opt_fd(p.mount_ns);
+    e.opt_fd(p.user_ns);
     e.u8(p.requester.is_some() as u8);
     let (pid, nonce) = p.requester.unwrap_or((0, 0));
     e.u32(pid);
@@ -232,6 +239,7 @@ fn decode_process(d: &mut Dec) -> io::Result<Process> {
     check_header(d)?;
     let (listener, pid_file) = (d.opt_fd()?, d.opt_fd()?);
     let (metrics, notify) = (d.opt_fd()?, d.opt_fd()?);
+    let (mount_ns, user_ns) = (d.opt_fd()?, d.opt_fd()?);
     let has_requester = d.flag()?;
     let requester = (d.u32()?, d.u32()?);
     check_end(d)?;
@@ -240,6 +248,8 @@ fn decode_process(d: &mut Dec) -> io::Result<Process> {
         pid_file,
         metrics,
         notify,
+        mount_ns,
+        user_ns,
         requester: has_requester.then_some(requester),
     })
 }

@@ -62,7 +62,9 @@ const CLEANUP: u8 = b'C';
 /// The signals the launcher ignores (and its launched children get back as default).
 const IGNORED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
 
-/// What the daemon made on the host, which the launcher removes once the daemon has exited.
+/// What the daemon made on the host, which the launcher removes once the daemon has exited
+/// (nothing under `--sandbox=namespace`, whose supervisor does).
+#[derive(Default)]
 pub struct Leftovers {
     /// Removed by path: the vhost-user socket the daemon bound, the `--metrics` socket.
     pub sockets: Vec<PathBuf>,

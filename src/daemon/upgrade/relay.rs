@@ -14,8 +14,10 @@
 //!   was sent (a GET_FEATURES probe, whose reply comes after all earlier ones, is its marker):
 //!   while paused the frontend's connection is not read, the handler's end belongs to the
 //!   caller, and the model does not change.
-//! - The frontend closing its connection closes the handler's end (the handler's thread then
-//!   ends as on a direct disconnect); the handler closing its end closes the frontend's.
+//! - The frontend closing its connection (or its writing side) shuts down the writing side of
+//!   the handler's peer: the handler answers what it was sent, then meets the end of its
+//!   stream and ends as on a direct disconnect (or drops a bad message, as it would); the
+//!   handler closing its end closes the frontend's.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -64,6 +66,9 @@ pub struct Relay {
     backend: Arc<UnixStream>,
     wake: EventFd,
     requests: Mutex<(Sender<Command>, Receiver<io::Result<()>>)>,
+    /// Why the relay refused a frontend message it could not read (too many fds, too large):
+    /// the handler only sees the end of its stream, but the connection was dropped for it.
+    broken: Mutex<Option<String>>,
 }
 
 /// A paused relay: the handler's end and the model are the caller's until [`Paused::resume`]
@@ -108,6 +113,7 @@ impl Relay {
             backend: Arc::new(backend),
             wake: EventFd::new(EFD_NONBLOCK)?,
             requests: Mutex::new((cmd_tx, ack_rx)),
+            broken: Mutex::new(None),
         });
         let r = Arc::clone(&relay);
         std::thread::Builder::new()
@@ -124,6 +130,11 @@ impl Relay {
         Ok(relay)
     }
 
+    /// Why the relay refused a message of the frontend (the connection then ended), if it did.
+    pub fn broken(&self) -> Option<String> {
+        lock(&self.broken).clone()
+    }
+
     /// Stops forwarding between two messages, with everything sent to the handler answered.
     pub fn pause(&self) -> io::Result<Paused<'_>> {
         let requests = lock(&self.requests);
@@ -137,7 +148,7 @@ impl Relay {
     }
 
     fn run(&self, commands: &Receiver<Command>, acks: &Sender<io::Result<()>>) -> io::Result<()> {
-        let fds = [
+        let mut fds = [
             self.frontend.as_raw_fd(),
             self.backend.as_raw_fd(),
             self.wake.as_raw_fd(),
@@ -147,8 +158,24 @@ impl Relay {
         loop {
             let ready = poll_readable(&fds)?;
             if ready[0] {
-                let Some(msg) = wire::recv(&self.frontend)? else {
-                    return Ok(());
+                let received = wire::recv(&self.frontend).inspect_err(|e| {
+                    // A frontend gone mid-message is a disconnect, as for the handler.
+                    if !matches!(
+                        e.kind(),
+                        io::ErrorKind::UnexpectedEof
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::BrokenPipe
+                    ) {
+                        *lock(&self.broken) = Some(e.to_string());
+                    }
+                })?;
+                let Some(msg) = received else {
+                    // The frontend is done sending (closed, or shut down its writing side): so
+                    // is the handler's peer, which still answers what it was sent (and the
+                    // frontend may still read). Ends when the handler closes its end.
+                    self.backend.shutdown(std::net::Shutdown::Write)?;
+                    fds[0] = -1;
+                    continue;
                 };
                 lock(&self.setup).apply(&msg)?;
                 queries += u32::from(msg.request == req::GET_FEATURES);

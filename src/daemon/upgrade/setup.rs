@@ -12,7 +12,7 @@
 //!   upgrade is then refused and the daemon goes on serving.
 //! - The fds kept are the model's own duplicates: the backend's copies are the backend's.
 
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 
 use super::wire::{req, Msg, NEED_REPLY};
@@ -85,6 +85,18 @@ fn dup_event(e: &Option<Option<OwnedFd>>) -> io::Result<Option<Option<OwnedFd>>>
 }
 
 impl DeviceSetup {
+    /// Kicks every running vring once: chains the guest added while no process watched the kick
+    /// eventfds are served.
+    pub fn kick(&self) {
+        for v in self.vrings.iter().filter(|v| v.started) {
+            if let Some(Some(fd)) = &v.kick {
+                if let Ok(fd) = fd.try_clone() {
+                    let _ = std::fs::File::from(fd).write_all(&1u64.to_ne_bytes());
+                }
+            }
+        }
+    }
+
     /// A copy with duplicates of every fd (for the state sent to the next process).
     pub fn try_clone(&self) -> io::Result<DeviceSetup> {
         let regions = self

@@ -156,12 +156,21 @@ fn the_state_crosses_a_socket_with_its_fds() {
         pid_file: None,
         metrics: None,
         notify: Some(eventfd()),
+        mount_ns: Some(OwnedFd::from(
+            std::fs::File::open("/proc/self/ns/mnt").unwrap(),
+        )),
+        user_ns: Some(OwnedFd::from(
+            std::fs::File::open("/proc/self/ns/user").unwrap(),
+        )),
         requester: Some((42, 7)),
     };
+    let ns = ino(process.mount_ns.as_ref().unwrap());
     handover::send_process(&tx, process).unwrap();
     let got = handover::recv_process(&rx).unwrap();
     assert_eq!(got.requester, Some((42, 7)));
     assert!(got.listener.is_some() && got.notify.is_some() && got.pid_file.is_none());
+    assert_eq!(got.mount_ns.as_ref().map(ino), Some(ns));
+    assert!(got.user_ns.is_some());
 
     let (session, inos) = sample_session(450);
     let region = ino(&session.setup.regions[0].fd);
@@ -238,8 +247,12 @@ fn another_version_a_truncated_or_padded_state_is_refused() {
         Ok(_) => panic!("an altered state was accepted"),
         Err(e) => e.to_string(),
     };
-    let e = refused(&|b| b[8..12].copy_from_slice(&2u32.to_le_bytes()));
-    assert!(e.to_string().contains("format version 2"), "{e}");
+    let other = handover::VERSION + 1;
+    let e = refused(&|b| b[8..12].copy_from_slice(&other.to_le_bytes()));
+    assert!(
+        e.to_string().contains(&format!("format version {other}")),
+        "{e}"
+    );
     let e = refused(&|b| b[0] ^= 1);
     assert!(e.to_string().contains("not a vhostfs hand-over"), "{e}");
     let full = std::cell::Cell::new(0);

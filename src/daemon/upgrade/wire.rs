@@ -134,3 +134,33 @@ pub fn send(sock: &UnixStream, msg: &Msg) -> io::Result<()> {
         .map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
     io::Write::write_all(&mut &*sock, &bytes[n..])
 }
+
+/// Sends `msg` to a handler on `sock`; returns its reply when it sends one: to a query, or
+/// (REPLY_ACK) to a message flagged NEED_REPLY, whose acknowledgement must be 0.
+pub fn exchange(sock: &UnixStream, msg: &Msg) -> io::Result<Option<Msg>> {
+    send(sock, msg)?;
+    let query = matches!(
+        msg.request,
+        req::GET_FEATURES | req::GET_PROTOCOL_FEATURES | req::GET_VRING_BASE
+    );
+    if !query && msg.flags & NEED_REPLY == 0 {
+        return Ok(None);
+    }
+    let reply = match recv(sock)? {
+        Some(r) if r.request == msg.request => r,
+        Some(r) => {
+            return Err(io::Error::other(format!(
+                "the vhost-user handler answered request {} with {}",
+                msg.request, r.request
+            )))
+        }
+        None => return Err(io::Error::other("the vhost-user handler closed its end")),
+    };
+    if !query && reply.u64_at(0) != Some(0) {
+        return Err(io::Error::other(format!(
+            "the vhost-user handler refused request {}",
+            msg.request
+        )));
+    }
+    Ok(Some(reply))
+}
