@@ -16,7 +16,7 @@ use crate::sync::{read, write};
 
 impl PassthroughFs {
     /// Looks `name` up in the directory `dir` (an fd on the inode `parent`) and takes one lookup
-    /// of the result. Used by LOOKUP, READDIRPLUS and after every create.
+    /// of the result. Used by LOOKUP, READDIRPLUS and after most creates.
     pub(super) fn lookup_at(
         &self,
         parent: &Inode,
@@ -24,7 +24,26 @@ impl PassthroughFs {
         name: &CStr,
     ) -> io::Result<Entry> {
         let fd = sys::openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-        let st = sys::statx(fd.as_fd(), c"", 0, sys::STATX_WANTED)?;
+        self.lookup_found(parent, name, Found::Path(fd))
+    }
+
+    /// The entry of the file CREATE just made (or opened) as `name` in `parent` and holds open
+    /// as `file` (`O_NOFOLLOW`: not a symlink): a lookup of `name` that does not open it again
+    /// by name (so it is also the very file opened, whatever the host renamed meanwhile). An
+    /// O_PATH fd on it is opened only for what keeps one: the inode's source (no file handles),
+    /// or an fd cache with room; with handles and a full cache, that saves the `openat` and
+    /// `close` of a lookup by name.
+    pub(super) fn lookup_created(
+        &self,
+        parent: &Inode,
+        name: &CStr,
+        file: BorrowedFd,
+    ) -> io::Result<Entry> {
+        self.lookup_found(parent, name, Found::Open(file))
+    }
+
+    fn lookup_found(&self, parent: &Inode, name: &CStr, found: Found) -> io::Result<Entry> {
+        let st = sys::statx(found.fd(), c"", 0, sys::STATX_WANTED)?;
         let key = InodeKey::of(&st);
         let existing = self.inodes.ref_existing(&key);
         // A cached fd pins its inode, so no other file can have its number: the key is enough.
@@ -33,8 +52,8 @@ impl PassthroughFs {
             .is_some_and(|inode| self.fd_cache.get(inode.nodeid).is_some());
         let inode = match existing {
             Some(inode) if pinned => inode,
-            Some(inode) if !self.is_replaced(&inode, fd.as_fd())? => {
-                self.cache_fd(&inode, fd);
+            Some(inode) if !self.is_replaced(&inode, found.fd())? => {
+                self.cache_found(&inode, found);
                 inode
             }
             existing => {
@@ -44,18 +63,45 @@ impl PassthroughFs {
                     self.forget(stale.nodeid, 1);
                 }
                 let kind = st.stx_mode as u32 & libc::S_IFMT;
-                let (source, fd) = self.source_for(fd, kind, u64::from(key.mnt_id), name)?;
-                let inode = self.inodes.insert(Inode::new(key, kind, source))?;
-                if let Some(fd) = fd {
-                    self.cache_fd(&inode, fd);
+                let mnt_id = u64::from(key.mnt_id);
+                match self.handle_source(found.fd(), kind, mnt_id, name)? {
+                    Some(source) => {
+                        let inode = self.inodes.insert(Inode::new(key, kind, source))?;
+                        self.cache_found(&inode, found);
+                        inode
+                    }
+                    None => {
+                        let token = self.take_token()?;
+                        let fd = found.into_path(self.proc_self_fd.as_fd())?;
+                        let source = InodeSource::fd(fd, token);
+                        self.inodes.insert(Inode::new(key, kind, source))?
+                    }
                 }
-                inode
             }
         };
         self.check_guest_view(&inode, &st);
         let submount =
             self.cfg.announce_submounts && key.mnt_id != parent.key.mnt_id && inode.is_dir();
         Ok(self.entry(&inode, st, if submount { FUSE_ATTR_SUBMOUNT } else { 0 }))
+    }
+
+    /// Keeps an O_PATH fd of the handle-backed `inode` in the fd cache: the one a lookup by
+    /// name opened, or for a file held open (CREATE) one opened through `/proc/self/fd`, only if
+    /// the cache has room for it (else nothing: the cache is an optimisation, a failure to
+    /// open the fd is not the request's).
+    fn cache_found(&self, inode: &Inode, found: Found) {
+        match found {
+            Found::Path(fd) => self.cache_fd(inode, fd),
+            Found::Open(file) => {
+                if matches!(inode.source, InodeSource::Handle(_))
+                    && self.fd_cache.has_room(inode.nodeid)
+                {
+                    if let Ok(fd) = found_path(self.proc_self_fd.as_fd(), file) {
+                        self.cache_fd(inode, fd);
+                    }
+                }
+            }
+        }
     }
 
     /// Whether the handle-backed `inode` is not the file `fd` is open on any more, although
@@ -71,10 +117,8 @@ impl PassthroughFs {
     }
 
     /// How a newly seen inode (of type `kind`, on mount `mnt_id`, found as `name`) will be
-    /// reached: its handle (and then `fd` is given back, for the fd cache), or `fd` itself. A
-    /// mount found to have no handles is not asked again (one failing syscall per mount, not
-    /// per inode). A sub-filesystem without handles under `mandatory`: the lookup fails, the
-    /// daemon goes on.
+    /// reached: its handle (and then `fd` is given back, for the fd cache), or `fd` itself (see
+    /// [`PassthroughFs::handle_source`]).
     pub(super) fn source_for(
         &self,
         fd: OwnedFd,
@@ -82,24 +126,43 @@ impl PassthroughFs {
         mnt_id: u64,
         name: &CStr,
     ) -> io::Result<(InodeSource, Option<OwnedFd>)> {
+        if let Some(source) = self.handle_source(fd.as_fd(), kind, mnt_id, name)? {
+            return Ok((source, Some(fd)));
+        }
+        let token = self.take_token()?;
+        Ok((InodeSource::fd(fd, token), None))
+    }
+
+    /// The handle of a newly seen inode (of type `kind`, on mount `mnt_id`, found as `name`,
+    /// open as `fd`), or `None` when it is to be reached through an O_PATH fd. A
+    /// mount found to have no handles is not asked again (one failing syscall per mount, not
+    /// per inode). A sub-filesystem without handles under `mandatory`: the lookup fails, the
+    /// daemon goes on.
+    fn handle_source(
+        &self,
+        fd: BorrowedFd,
+        kind: u32,
+        mnt_id: u64,
+        name: &CStr,
+    ) -> io::Result<Option<InodeSource>> {
         let mandatory = self.cfg.inode_file_handles == InodeFileHandles::Mandatory;
         if self.use_handles && !read(&self.no_handles).contains(&mnt_id) {
-            match FileHandle::from_fd(fd.as_fd(), c"")? {
+            match FileHandle::from_fd(fd, c"")? {
                 // The inode's handles open against the mount fd of its key's mount ID.
                 Some((h, handle_mnt)) if handle_mnt == mnt_id => {
                     match self
                         .mounts
-                        .ensure(mnt_id, fd.as_fd(), kind, self.proc_self_fd.as_fd())
+                        .ensure(mnt_id, fd, kind, self.proc_self_fd.as_fd())
                     {
                         Ok(new) => {
                             if new {
                                 log::debug!(
                                     "{name:?} (mount ID {mnt_id}, {}) is served through file \
                                      handles",
-                                    sys::fs_type(fd.as_fd())
+                                    sys::fs_type(fd)
                                 );
                             }
-                            return Ok((InodeSource::Handle(h), Some(fd)));
+                            return Ok(Some(InodeSource::Handle(h)));
                         }
                         Err(e) if mandatory => return Err(e),
                         // No mount fd yet and this inode cannot give one (not a directory or
@@ -110,14 +173,13 @@ impl PassthroughFs {
                 // statx and name_to_handle_at report the same mount ID for one fd; should
                 // they not, the handle is not used.
                 Some(_) => {}
-                None => self.no_handles_seen(mnt_id, name, fd.as_fd(), mandatory),
+                None => self.no_handles_seen(mnt_id, name, fd, mandatory),
             }
         }
         if self.use_handles && mandatory {
             return Err(err(libc::EOPNOTSUPP));
         }
-        let token = self.take_token()?;
-        Ok((InodeSource::fd(fd, token), None))
+        Ok(None)
     }
 
     /// Remembers a mount below the share without file handles and says once what happens to
@@ -386,4 +448,32 @@ impl PassthroughFs {
         sys::link_fd(fd.as_fd(), dirfd.as_fd(), newname)?;
         self.lookup_at(&dir, dirfd.as_fd(), newname)
     }
+}
+
+/// The fd a lookup found its file by: an O_PATH fd it opened by name, or the fd CREATE opened.
+enum Found<'a> {
+    Path(OwnedFd),
+    Open(BorrowedFd<'a>),
+}
+
+impl Found<'_> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Found::Path(fd) => fd.as_fd(),
+            Found::Open(fd) => *fd,
+        }
+    }
+
+    /// An O_PATH fd of the file (`proc_self_fd`: the daemon's `/proc/self/fd`).
+    fn into_path(self, proc_self_fd: BorrowedFd) -> io::Result<OwnedFd> {
+        match self {
+            Found::Path(fd) => Ok(fd),
+            Found::Open(file) => found_path(proc_self_fd, file),
+        }
+    }
+}
+
+/// An O_PATH fd on the file `file` is open on (not a symlink: CREATE opens with `O_NOFOLLOW`).
+fn found_path(proc_self_fd: BorrowedFd, file: BorrowedFd) -> io::Result<OwnedFd> {
+    sys::reopen(proc_self_fd, file, libc::O_PATH)
 }

@@ -35,6 +35,7 @@
 //!   a syscall; replaced, swept and shed fds are closed after the lock is released.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -68,10 +69,36 @@ struct Cached {
     _token: FdToken,
 }
 
+/// Hashes a node ID with one multiply instead of SipHash (two lookups per request on an
+/// inode, LOOKUP and GETATTR among them): node IDs are the daemon's own numbers (slot, epoch
+/// and shard bits, see `inode_table`), not the guest's choice, so no guest can aim keys at
+/// one bucket.
+#[derive(Default)]
+struct NodeIdHasher(u64);
+
+impl Hasher for NodeIdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing: the product's high bits depend on every bit of the key.
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    /// The product with its high bits folded into the low ones (the map's bucket index) and
+    /// its top bits (the map's control byte) as they are.
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
 #[derive(Default)]
 struct Shard {
     /// Node ID → index in `slots`.
-    index: HashMap<u64, usize>,
+    index: HashMap<u64, usize, BuildHasherDefault<NodeIdHasher>>,
     slots: Vec<Cached>,
     /// xorshift state for picking a victim.
     rng: u64,
@@ -176,16 +203,37 @@ impl FdCache {
 
     /// The cached fd of `nodeid`, if any.
     pub fn get(&self, nodeid: u64) -> Option<Arc<OwnedFd>> {
+        self.get_or_room(nodeid).ok()
+    }
+
+    /// The cached fd of `nodeid`, or on a miss whether its shard has room for one (see
+    /// [`FdCache::has_room`]): a caller that opens the fd then caches it only if so, and
+    /// otherwise spares the insert's lock and the `Arc`.
+    pub fn get_or_room(&self, nodeid: u64) -> Result<Arc<OwnedFd>, bool> {
         let found = {
             let mut shard = lock(&self.shared.shards[shard_of(nodeid)]);
-            shard.index.get(&nodeid).copied().map(|i| {
-                let slot = &mut shard.slots[i];
-                slot.referenced = true;
-                Arc::clone(&slot.fd)
-            })
+            match shard.index.get(&nodeid).copied() {
+                Some(i) => {
+                    let slot = &mut shard.slots[i];
+                    slot.referenced = true;
+                    Ok(Arc::clone(&slot.fd))
+                }
+                None => Err(self.per_shard > shard.slots.len()),
+            }
         };
-        self.lookups.add(usize::from(found.is_none()), 1);
+        self.lookups.add(usize::from(found.is_err()), 1);
         found
+    }
+
+    /// Whether an [`FdCache::insert`] for `nodeid` would keep a new fd (its shard has room and
+    /// it is not cached yet), for a caller that would open the fd only to cache it. A hint:
+    /// the insert itself decides.
+    pub fn has_room(&self, nodeid: u64) -> bool {
+        if self.per_shard == 0 {
+            return false;
+        }
+        let shard = lock(&self.shared.shards[shard_of(nodeid)]);
+        shard.slots.len() < self.per_shard && !shard.index.contains_key(&nodeid)
     }
 
     /// Caches `fd` for `nodeid` if its shard has room and the budget an fd for it; else (a

@@ -145,7 +145,7 @@ impl PassthroughFs {
         if trunc {
             self.clear_mapped_capability(fd.as_fd())?;
         }
-        let entry = self.lookup_at(&dir, dirfd.as_fd(), name)?;
+        let entry = self.lookup_created(&dir, name, fd.as_fd())?;
         // The host checked the guest's own access mode as the caller; the read side for the
         // guest's page cache is added by the daemon (see `writeback`).
         let regular = entry.attr.stx_mode as u32 & libc::S_IFMT == libc::S_IFREG;

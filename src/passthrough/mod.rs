@@ -374,14 +374,18 @@ impl PassthroughFs {
         match &inode.source {
             InodeSource::Fd(p) => Ok(InodeFd::Borrowed(p.fd.as_fd())),
             InodeSource::Handle(h) => {
-                if let Some(fd) = self.fd_cache.get(inode.nodeid) {
-                    return Ok(InodeFd::Shared(fd));
+                let room = match self.fd_cache.get_or_room(inode.nodeid) {
+                    Ok(fd) => return Ok(InodeFd::Shared(fd)),
+                    Err(room) => room,
+                };
+                let fd = self
+                    .mounts
+                    .open(u64::from(inode.key.mnt_id), h, libc::O_PATH)?;
+                if !room {
+                    // A full shard would not keep it (see the fd cache's invariants).
+                    return Ok(InodeFd::Owned(fd));
                 }
-                let fd = Arc::new(self.mounts.open(
-                    u64::from(inode.key.mnt_id),
-                    h,
-                    libc::O_PATH,
-                )?);
+                let fd = Arc::new(fd);
                 self.fd_cache.insert(inode.nodeid, Arc::clone(&fd));
                 Ok(InodeFd::Shared(fd))
             }

@@ -130,3 +130,44 @@ fn the_size_caps_the_cache_and_zero_disables_it() {
     assert!(off.is_empty());
     assert_eq!(budget.in_use(), 0);
 }
+
+#[test]
+fn a_miss_says_whether_its_shard_has_room() {
+    let budget = FdBudget::new(64 * SHARDS * 2);
+    let c = FdCache::new(Arc::clone(&budget), SHARDS);
+    assert_eq!(c.capacity(), SHARDS, "one slot a shard");
+    let (a, b) = (1u64 << 4, (1u64 << 4) + ((SHARDS as u64) << 9));
+    assert_eq!(shard_of(a), shard_of(b), "two node IDs of one shard");
+    assert_eq!(c.get_or_room(a).err(), Some(true));
+    assert!(c.has_room(a));
+    c.insert(a, fd());
+    assert!(c.get_or_room(a).is_ok(), "a hit");
+    assert!(!c.has_room(a), "cached already");
+    assert_eq!(c.get_or_room(b).err(), Some(false), "its shard is full");
+    assert!(!c.has_room(b));
+    c.insert(b, fd());
+    assert!(c.get(b).is_none(), "a full shard keeps no new fd");
+    assert_eq!(c.hits_and_misses(), (1, 3));
+    let off = FdCache::new(budget, 0);
+    assert_eq!(
+        off.get_or_room(a).err(),
+        Some(false),
+        "a disabled cache has no room"
+    );
+    assert!(!off.has_room(a));
+}
+
+#[test]
+fn node_ids_spread_over_buckets() {
+    // Sequential slots of one inode-table shard, as the table hands them out.
+    let hashes: std::collections::HashSet<u64> = (1..=4096u64)
+        .map(|slot| {
+            let mut h = NodeIdHasher::default();
+            h.write_u64(1 << 32 | slot << 4 | 3);
+            h.finish() & 1023
+        })
+        .collect();
+    // Uniform hashing fills ~1,005 of 1,024 buckets with 4,096 keys; the node IDs' own low bits
+    // would fill 64 (their 4 low bits are the shard's).
+    assert!(hashes.len() > 900, "{} of 1024 buckets used", hashes.len());
+}

@@ -68,10 +68,12 @@ pub struct Inode {
     pub source: InodeSource,
 }
 
-/// An fd for one operation on an inode: borrowed from the table or opened for the occasion.
+/// An fd for one operation on an inode: borrowed from the table, shared with the fd cache, or
+/// opened for the occasion and closed after it.
 pub enum InodeFd<'a> {
     Borrowed(BorrowedFd<'a>),
     Shared(Arc<OwnedFd>),
+    Owned(OwnedFd),
 }
 
 impl AsFd for InodeFd<'_> {
@@ -79,6 +81,7 @@ impl AsFd for InodeFd<'_> {
         match self {
             InodeFd::Borrowed(fd) => *fd,
             InodeFd::Shared(fd) => fd.as_fd(),
+            InodeFd::Owned(fd) => fd.as_fd(),
         }
     }
 }
