@@ -107,6 +107,58 @@ pub(crate) struct Req {
     pub ext: Vec<u8>,
 }
 
+/// A request's descriptor chain taken apart: the guest's request bytes and the room for the
+/// reply, in guest memory, for [`FuseServer::serve_request`]. Their sizes are known without
+/// walking the chain again.
+pub struct Request<'a, S: BitmapSlice> {
+    reader: Reader<'a, S>,
+    writer: Writer<'a, S>,
+}
+
+impl<'a> Request<'a, ()> {
+    /// The request in `chain`, or `None` (logged) for a chain whose buffers are not in guest
+    /// memory or whose lengths overflow: it gets no reply (its used length is 0).
+    pub fn of_chain<M>(
+        mem: &'a M::Target,
+        chain: virtio_queue::DescriptorChain<M>,
+    ) -> Option<Request<'a, vm_memory::bitmap::MS<'a, M::Target>>>
+    where
+        M: Deref + Clone,
+        M::Target: GuestMemory + Sized,
+    {
+        let reader = match Reader::from_descriptor_chain(mem, chain.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("bad descriptor chain (readable part): {e}");
+                return None;
+            }
+        };
+        let writer = match VirtioFsWriter::new(mem, chain) {
+            Ok(w) => w,
+            Err(e) => {
+                log::warn!("bad descriptor chain (writable part): {e}");
+                return None;
+            }
+        };
+        Some(Request {
+            reader,
+            writer: writer.into(),
+        })
+    }
+}
+
+impl<S: BitmapSlice> Request<'_, S> {
+    /// Bytes the guest sent (device-readable).
+    pub fn request_bytes(&self) -> usize {
+        self.reader.available_bytes()
+    }
+
+    /// Bytes of room for the reply (device-writable).
+    pub fn reply_bytes(&self) -> usize {
+        self.writer.available_bytes()
+    }
+}
+
 pub struct FuseServer {
     fs: Arc<PassthroughFs>,
     opts: ServerOptions,
@@ -198,23 +250,13 @@ impl FuseServer {
         M: Deref + Clone,
         M::Target: GuestMemory + Sized,
     {
-        let reader = match Reader::from_descriptor_chain(mem, chain.clone()) {
-            Ok(r) => r,
-            Err(e) => {
-                log::warn!("bad descriptor chain (readable part): {e}");
-                return 0;
-            }
-        };
-        let writer = match VirtioFsWriter::new(mem, chain) {
-            Ok(w) => w,
-            Err(e) => {
-                log::warn!("bad descriptor chain (writable part): {e}");
-                return 0;
-            }
-        };
-        self.handle(reader, writer.into())
+        Request::of_chain(mem, chain).map_or(0, |r| self.serve_request(r))
     }
 
+    /// Handles a request taken from its chain (see [`FuseServer::handle_chain`]).
+    pub fn serve_request<S: BitmapSlice>(&self, request: Request<'_, S>) -> u32 {
+        self.handle(request.reader, request.writer)
+    }
     /// The request metrics, for a snapshot.
     pub fn metrics(&self) -> &ServerMetrics {
         &self.metrics

@@ -13,6 +13,7 @@ use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 
 use super::ring::{add_used, notify, waiting};
 use super::{GuestMemory, VhostFsBackend, Vring};
+use crate::fuse_server::Request;
 use crate::stall_watch::TICK;
 
 /// Chains waiting behind the one just popped that make a queue thread ask a pool thread for
@@ -29,21 +30,6 @@ const RECRUIT_BACKLOG: u16 = 32;
 /// buffers (device-readable) that large make a bulk WRITE, whose completion is notified at once:
 /// the guest has the next buffers to fill, and holding completions back starves its pipeline.
 const BULK: u64 = 64 << 10;
-
-/// Device-readable (request) and device-writable (reply) bytes of `chain`, in one walk.
-fn buffer_bytes<M>(chain: &virtio_queue::DescriptorChain<M>) -> (u64, u64)
-where
-    M: Clone + std::ops::Deref,
-    M::Target: vm_memory::GuestMemory,
-{
-    chain.clone().fold((0, 0), |(request, reply), d| {
-        if d.is_write_only() {
-            (request, reply + u64::from(d.len()))
-        } else {
-            (request + u64::from(d.len()), reply)
-        }
-    })
-}
 
 /// Used entries at most put in the ring before the guest is notified, while more chains wait.
 const NOTIFY_BATCH: u16 = 16;
@@ -161,14 +147,20 @@ impl VhostFsBackend {
             };
             let (chain, backlog, in_flight) = chain;
             let Some(chain) = chain else { return Ok(()) };
-            let (request, reply) = buffer_bytes(&chain);
+            let head = chain.head_index();
+            // A chain that is no request is answered with nothing (used length 0).
+            let Some(request) = Request::of_chain(&*mem, chain) else {
+                served = Some((head, 0, false, in_flight));
+                continue;
+            };
+            // The sizes from the request's buffers, not another walk of the chain.
+            let (bytes, reply) = (request.request_bytes() as u64, request.reply_bytes() as u64);
             if own && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply >= BULK)) {
                 self.recruit_helper(queue, vring, atomic, event_idx);
             }
-            let head = chain.head_index();
-            let bulk = request >= BULK;
+            let bulk = bytes >= BULK;
             let _watched = own.then(|| self.inner.watch.serving(queue)).flatten();
-            let used = self.inner.server.handle_chain(&*mem, chain);
+            let used = self.inner.server.serve_request(request);
             served = Some((head, used, bulk, in_flight));
         }
     }
