@@ -7,7 +7,7 @@
 #     only after READY=1; the TCG guest mounts the share, writes and reads back, chowns;
 #   - QEMU's disconnect ends vhostfs with exit 0 (Result=success), the socket keeps listening;
 #   - a connection activates it again; `systemctl stop` ends it cleanly (status 0);
-#   - with --sandbox=chroot, `systemctl reload` under a connected guest (guest-reload-test.sh,
+#   - under the default sandbox (namespace), `systemctl reload` under a connected guest (guest-reload-test.sh,
 #     appending to a file it holds open) hands the session to a new process, which becomes the
 #     main pid; the guest sees no error; QEMU's disconnect then ends it with status 0;
 #   - stopping the socket unit removes the socket, no pid file is left.
@@ -168,8 +168,7 @@ check "systemctl stop: clean exit (Result=success, status 0)" \
   [ "$(show Result vhostfs@share.service) $(show ExecMainStatus vhostfs@share.service)" = "success 0" ]
 kill "$client" 2>/dev/null || true; wait "$client" 2>/dev/null || true
 
-# ---- systemctl reload: an in-place upgrade under a connected guest (--sandbox=chroot) ----------
-in_ct sh -c 'printf "SHARED_DIR=/srv/share\nVHOSTFS_ARGS=--inode-file-handles=prefer --sandbox=chroot\n" > /etc/vhostfs/share.conf'
+# ---- systemctl reload: an in-place upgrade under a connected guest (default sandbox) -----------
 "$here/mkinitramfs.sh" "$work/reload.cpio.gz" "$here/guest-reload-test.sh" >/dev/null
 if [ -n "${E2E_LOCK:-}" ]; then exec 9>"$E2E_LOCK"; flock 9; fi
 t3=$(now)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# In-place upgrade under a live guest (issue 13 item 1). vhostfs (--sandbox=none) serves a TCG
+# In-place upgrade under a live guest (issue 13 item 1). vhostfs (its default sandbox, namespace:
+# the new process joins the old one's mount namespace) serves a TCG
 # guest (tests/e2e/guest-upgrade-test.sh, fio in its initramfs) that holds E2E_MANY (10,000)
 # inodes, runs a baseline fio job, then fio (randrw 4 KiB, 4 jobs, 30 s, verify=crc32c) and a
 # shell appending to a file it holds open. Meanwhile the host upgrades vhostfs three times:
@@ -90,7 +91,7 @@ many=${E2E_MANY:-10000}
 "$here/mkinitramfs.sh" --extra-bin "$fio" --compress zstd "$work/initramfs.cpio.zst" \
   "$here/guest-upgrade-test.sh" > /dev/null
 install_build "$build1"
-setsid "$bin" --socket-path="$sock" --shared-dir="$work/share" --sandbox=none \
+setsid "$bin" --socket-path="$sock" --shared-dir="$work/share" \
   --inode-file-handles=prefer --log-level=info > "$logroot/daemon.log" 2>&1 < /dev/null &
 first_pid=$!
 for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
