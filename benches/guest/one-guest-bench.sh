@@ -2,7 +2,8 @@
 # shellcheck disable=SC2317 # the job functions run through run()
 # one-guest.sh's guest side (busybox sh + fio): device 0 is mounted on /mnt (tag share), device i
 # is mounted here on /mnt$i (tag share$i); each holds m/f0..f(N-1) (4 KiB each) and big (256 MiB).
-# Knobs from /mnt/bench.env: ND (devices), ROUNDS, CU (files to create and unlink), CUROUNDS.
+# Knobs from /mnt/bench.env: ND (devices), ROUNDS, CU (files to create and unlink), CUROUNDS,
+# PIN (a vCPU number, or empty: the jobs and every request queue's interrupt on that vCPU).
 # Prints "BENCH-RESULT DEVICE JOB ROUND SECONDS" per job run.
 # shellcheck disable=SC1091 # written by one-guest.sh
 . /mnt/bench.env
@@ -12,6 +13,14 @@ for i in $(seq 1 $((ND - 1))); do
   mkdir -p "/mnt$i"
   mount -t virtiofs "share$i" "/mnt$i" || { echo "FAIL: mount share$i"; exit 1; }
 done
+if [ -n "${PIN:-}" ]; then
+  # The same vCPU for the reply's interrupt and the process waiting for it, on every device.
+  # shellcheck disable=SC2013 # IRQ numbers, one word each
+  for irq in $(awk '/virtio[0-9]+-requests/ { sub(":", "", $1); print $1 }' /proc/interrupts); do
+    echo "$PIN" > "/proc/irq/$irq/smp_affinity_list" || { echo "FAIL: irq $irq affinity"; exit 1; }
+  done
+  taskset -p -c "$PIN" $$ > /dev/null || { echo "FAIL: taskset"; exit 1; }
+fi
 now() { cut -d' ' -f1 /proc/uptime; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
@@ -73,5 +82,6 @@ for r in $(seq "$CUROUNDS"); do
     echo "BENCH-RESULT $d unlink-$CU $r $(since "$t")"
   done
 done
+grep -E 'virtio[0-9]+-requests' /proc/interrupts | sed 's/^/IRQ /'
 for i in $(seq 1 $((ND - 1))); do umount "/mnt$i"; done
 exit "$rc"

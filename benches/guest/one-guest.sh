@@ -3,7 +3,7 @@
 # guest alternating between them job by job (QEMU, TCG: compare ratios, not absolutes).
 #
 #   benches/guest/one-guest.sh [--rounds N] [--files N] [--cu-files N] [--cu-rounds N]
-#                              [--kernel 6.12|6.1] [--log-dir DIR] [--] NAME=CMD[@QUEUES]...
+#                              [--kernel 6.12|6.1] [--pin CPU] [--log-dir DIR] [--] NAME=CMD[@QUEUES]...
 #
 # run.sh boots a guest per daemon, so boot-to-boot differences and the machine's changing load
 # land between the daemons; here they share the guest and run each job back to back, in a
@@ -19,13 +19,16 @@
 # Daemons: NAME=CMD (CMD split on whitespace; `--socket-path` and `--shared-dir` are appended),
 # @QUEUES the device's request queues (default 1). Default: vhostfs (target/release or $VHOSTFS)
 # with 1 queue, then virtiofsd 1.14 (--sandbox=none). Options: --rounds (5), --files (10000),
-# --cu-files (1000), --cu-rounds (3), --kernel (6.12; 6.1: see run.sh), --log-dir DIR (keep the
-# console and daemon logs; default: a temp dir, kept only on failure). Run as root.
+# --cu-files (1000), --cu-rounds (3), --kernel (6.12; 6.1: see run.sh), --pin CPU (run the jobs and
+# every request queue's interrupt on guest vCPU CPU: with 1 queue, whether the reply's interrupt
+# and the waiting process share a vCPU otherwise changes a one-request-at-a-time job by up to
+# ~3x under TCG, at the guest scheduler's whim), --log-dir DIR (keep the console and daemon
+# logs; default: a temp dir, kept only on failure). Run as root.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-rounds=5 files=10000 cu_files=1000 cu_rounds=3 kernel=6.12 logdir='' specs=()
+rounds=5 files=10000 cu_files=1000 cu_rounds=3 kernel=6.12 pin='' logdir='' specs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -33,6 +36,7 @@ while [ $# -gt 0 ]; do
     --cu-files) cu_files=$2; shift 2 ;;
     --cu-rounds) cu_rounds=$2; shift 2 ;;
     --kernel) kernel=$2; shift 2 ;;
+    --pin) pin=$2; shift 2 ;;
     --log-dir) logdir=$2; shift 2 ;;
     --) shift; specs+=("$@"); break ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -117,7 +121,7 @@ for i in $(seq 0 $((nd - 1))); do
   [ -S "$work/$i.sock" ] || { log "daemon $i did not create its socket"; tail "$logdir/daemon-$i.log" >&2; exit 1; }
 done
 cp "$here/one-guest-bench.sh" "$work/share-0/bench.sh"
-printf 'ND=%s\nROUNDS=%s\nCU=%s\nCUROUNDS=%s\n' "$nd" "$rounds" "$cu_files" "$cu_rounds" \
+printf 'ND=%s\nROUNDS=%s\nCU=%s\nCUROUNDS=%s\nPIN=%s\n' "$nd" "$rounds" "$cu_files" "$cu_rounds" "$pin" \
   > "$work/share-0/bench.env"
 t0=$EPOCHSECONDS
 log "guest: $(basename "$kernel_img"), $nd devices, $files files each, $rounds rounds"
@@ -134,6 +138,7 @@ if grep -E '^FAIL' "$work/console.txt" >&2 || ! grep -q 'E2E-STATUS: PASS' "$wor
   log "the guest failed"; tail -n 20 "$work/console.txt" >&2; exit 1
 fi
 log "guest run took $((EPOCHSECONDS - t0)) s"
+grep '^IRQ ' "$work/console.txt" >&2 || true
 python3 - "$work/console.txt" "${names[@]}" <<'PY'
 import statistics, sys
 names = sys.argv[2:]
