@@ -3,7 +3,8 @@
 # one-guest.sh's guest side (busybox sh + fio): device 0 is mounted on /mnt (tag share), device i
 # is mounted here on /mnt$i (tag share$i); each holds m/f0..f(N-1) (4 KiB each) and big (256 MiB).
 # Knobs from /mnt/bench.env: ND (devices), ROUNDS, CU (files to create and unlink), CUROUNDS,
-# PIN (a vCPU number, or empty: the jobs and every request queue's interrupt on that vCPU).
+# PIN (a vCPU number, or empty: each device's jobs on the vCPU of its request interrupt, moved to
+# PIN where the guest allows it).
 # Prints "BENCH-RESULT DEVICE JOB ROUND SECONDS" per job run.
 # shellcheck disable=SC1091 # written by one-guest.sh
 . /mnt/bench.env
@@ -13,14 +14,55 @@ for i in $(seq 1 $((ND - 1))); do
   mkdir -p "/mnt$i"
   mount -t virtiofs "share$i" "/mnt$i" || { echo "FAIL: mount share$i"; exit 1; }
 done
-if [ -n "${PIN:-}" ]; then
-  # The same vCPU for the reply's interrupt and the process waiting for it, on every device.
-  # shellcheck disable=SC2013 # IRQ numbers, one word each
-  for irq in $(awk '/virtio[0-9]+-requests/ { sub(":", "", $1); print $1 }' /proc/interrupts); do
-    echo "$PIN" > "/proc/irq/$irq/smp_affinity_list" || { echo "FAIL: irq $irq affinity"; exit 1; }
+# irqs: "IRQ COUNT-PER-VCPU... NAME" for every virtio-fs vector.
+irqs() { awk 'NR == 1 { n = NF; next } /virtio[0-9]+-(requests|hiprio)/ {
+  s = $1; sub(":", "", s); for (c = 2; c <= n + 1; c++) s = s " " $c; print s " " $NF }' /proc/interrupts; }
+# vcpu_of D: the vCPU that device D's first request queue's interrupt is delivered to (6.1 has no
+# /sys/fs/virtiofs to tell the devices apart: there, the one vCPU of all request interrupts).
+vcpu_of() {
+  tag=share; [ "$1" = 0 ] || tag=share$1
+  want=-requests
+  for t in /sys/fs/virtiofs/*/tag; do
+    [ -f "$t" ] && [ "$(cat "$t")" = "$tag" ] && want="^$(basename "$(readlink "${t%/tag}/device")")-requests.0$"
   done
-  taskset -p -c "$PIN" $$ > /dev/null || { echo "FAIL: taskset"; exit 1; }
+  for irq in $(irqs | awk -v w="$want" '$NF ~ w { print $1 }'); do
+    cat "/proc/irq/$irq/effective_affinity_list"
+  done | sort -u | tr '\n' ' '
+}
+if [ -n "${PIN:-}" ]; then
+  # The reply's interrupt and the process waiting for it on the same vCPU, for every device. A
+  # 6.1 guest lets the vectors be moved (all to PIN, the high-priority ones too, so that no
+  # device's FORGET interrupts land elsewhere); 6.12's virtio-fs asks for kernel-managed request
+  # vectors (smp_affinity cannot be written: EIO), so there each device's jobs go to its vector.
+  for irq in $(irqs | awk '{ print $1 }'); do
+    echo "$PIN" 2> /dev/null > "/proc/irq/$irq/smp_affinity_list" ||
+      echo "AFFINITY irq $irq: managed by the kernel, left where it is"
+  done
+  for d in $(seq 0 $((ND - 1))); do
+    c=$(vcpu_of "$d")
+    case "$c" in
+      *[0-9]' ') c=${c% } ;;
+      *) echo "FAIL: device $d's request interrupts on vCPU(s) '$c', not one"; exit 1 ;;
+    esac
+    case "$c" in *[!0-9]*) echo "FAIL: device $d's request interrupts on vCPUs '$c', not one"; exit 1 ;; esac
+    eval "vcpu_$d=$c"
+    echo "AFFINITY device $d: jobs on vCPU $c"
+  done
 fi
+# on D: the jobs that follow are for device D (with PIN, on its vector's vCPU).
+on() {
+  [ -n "${PIN:-}" ] || return 0
+  eval "taskset -p -c \"\$vcpu_$1\" $$" > /dev/null || { echo "FAIL: taskset"; exit 1; }
+}
+# What the guest made of it: each vector's asked and effective vCPUs; where device 0's jobs run
+# (a child of this shell, as every job is).
+irqs | while read -r irq rest; do
+  echo "AFFINITY irq $irq ${rest##* }: smp_affinity_list $(cat "/proc/irq/$irq/smp_affinity_list")" \
+    "effective $(cat "/proc/irq/$irq/effective_affinity_list")"
+done
+on 0
+sh -c 'echo "AFFINITY device 0 jobs: $(taskset -p $$)"'
+irqs > /tmp/irqs-before
 now() { cut -d' ' -f1 /proc/uptime; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
@@ -53,6 +95,7 @@ for r in $(seq "$ROUNDS"); do
     k=$((k + 1))
     for x in $(seq 0 $((ND - 1))); do
       d=$(( (x + k) % ND ))
+      on "$d"
       if [ "$job" = stat-again ]; then
         # Warm the dentries, then wait out the 1 s timeouts: every name is revalidated.
         drop_caches; j_stat "$(root "$d")" "$d"; sleep 1.1; run "$d" "$r" stat-again warm
@@ -67,6 +110,7 @@ for r in $(seq "$CUROUNDS"); do
   k=$((k + 1))
   for x in $(seq 0 $((ND - 1))); do
     d=$(( (x + k) % ND )) dir=$(root "$(( (x + k) % ND ))")/cu
+    on "$d"
     mkdir -p "$dir"
     drop_caches
     t=$(now)
@@ -82,6 +126,9 @@ for r in $(seq "$CUROUNDS"); do
     echo "BENCH-RESULT $d unlink-$CU $r $(since "$t")"
   done
 done
-grep -E 'virtio[0-9]+-requests' /proc/interrupts | sed 's/^/IRQ /'
+# Interrupts taken per vCPU during the jobs, per vector.
+irqs | awk 'NR == FNR { for (c = 2; c < NF; c++) b[$1, c] = $c; next }
+  { s = "IRQ " $1 " " $NF ":"; for (c = 2; c < NF; c++) s = s " cpu" c - 2 "=" $c - b[$1, c]; print s }' \
+  /tmp/irqs-before -
 for i in $(seq 1 $((ND - 1))); do umount "/mnt$i"; done
 exit "$rc"

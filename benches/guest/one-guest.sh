@@ -19,11 +19,13 @@
 # Daemons: NAME=CMD (CMD split on whitespace; `--socket-path` and `--shared-dir` are appended),
 # @QUEUES the device's request queues (default 1). Default: vhostfs (target/release or $VHOSTFS)
 # with 1 queue, then virtiofsd 1.14 (--sandbox=none). Options: --rounds (5), --files (10000),
-# --cu-files (1000), --cu-rounds (3), --kernel (6.12; 6.1: see run.sh), --pin CPU (run the jobs and
-# every request queue's interrupt on guest vCPU CPU: with 1 queue, whether the reply's interrupt
-# and the waiting process share a vCPU otherwise changes a one-request-at-a-time job by up to
-# ~3x under TCG, at the guest scheduler's whim), --log-dir DIR (keep the console and daemon
-# logs; default: a temp dir, kept only on failure). Run as root.
+# --cu-files (1000), --cu-rounds (3), --kernel (6.12; 6.1: see run.sh), --pin CPU (each device's
+# jobs run on the vCPU its request interrupt is delivered to: with 1 queue, whether the reply's
+# interrupt and the waiting process share a vCPU otherwise changes a one-request-at-a-time job by
+# up to ~3x under TCG, at the guest scheduler's whim; a 6.1 guest's vectors are first moved to
+# vCPU CPU, 6.12's are kernel-managed and stay where the kernel put them; the output starts with
+# the affinities and, per vector, the interrupts each vCPU took during the jobs), --log-dir DIR
+# (keep the console and daemon logs; default: a temp dir, kept only on failure). Run as root.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -138,7 +140,7 @@ if grep -E '^FAIL' "$work/console.txt" >&2 || ! grep -q 'E2E-STATUS: PASS' "$wor
   log "the guest failed"; tail -n 20 "$work/console.txt" >&2; exit 1
 fi
 log "guest run took $((EPOCHSECONDS - t0)) s"
-grep '^IRQ ' "$work/console.txt" >&2 || true
+grep -E '^(AFFINITY|IRQ) ' "$work/console.txt" || true
 python3 - "$work/console.txt" "${names[@]}" <<'PY'
 import statistics, sys
 names = sys.argv[2:]
