@@ -3,6 +3,8 @@
 //! same connection; a failed upgrade (binary missing, or exiting at once) leaves it serving.
 
 mod common;
+#[path = "upgrade/pause.rs"]
+mod pause;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -15,6 +17,8 @@ use common::daemon::run_with_timeout;
 use common::{Daemon, FuseClient, TempDir, TestGuest};
 
 const MIB: usize = 1 << 20;
+/// The daemons' log, in the test's directory, under [`start_logged`].
+const LOG: &str = "daemon.log";
 
 /// A node ID and fh the guest holds across upgrades.
 struct Held {
@@ -33,7 +37,7 @@ struct Upgradable {
     bin: PathBuf,
     socket: PathBuf,
     shared: TempDir,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 /// Kills the daemon the pid file names when the test ends (after an upgrade it is no child
@@ -74,11 +78,17 @@ fn alive(pid: u32) -> bool {
 const NOBODY: u32 = 65534;
 
 fn start(extra: &[&str]) -> Upgradable {
-    start_as(extra, None)
+    start_as(extra, None, false)
 }
 
-/// The daemon run as `uid` (its own share and the socket's directory made its own).
-fn start_as(extra: &[&str], uid: Option<u32>) -> Upgradable {
+/// [`start`]; with `logged`, at `--log-level=debug` with every process's log in [`LOG`].
+fn start_logged(extra: &[&str], logged: bool) -> Upgradable {
+    start_as(extra, None, logged)
+}
+
+/// The daemon run as `uid` (its own share and the socket's directory made its own); with
+/// `logged`, see [`start_logged`].
+fn start_as(extra: &[&str], uid: Option<u32>, logged: bool) -> Upgradable {
     let dir = TempDir::new("upgrade").unwrap();
     let shared = TempDir::new("upgrade-shared").unwrap();
     let bin = dir.join("vhostfs");
@@ -87,8 +97,16 @@ fn start_as(extra: &[&str], uid: Option<u32>) -> Upgradable {
     let mut cmd = Command::new(&bin);
     cmd.arg(format!("--socket-path={}", socket.display()))
         .arg(format!("--shared-dir={}", shared.path().display()))
-        .arg("--log-level=error")
+        .arg(if logged {
+            "--log-level=debug"
+        } else {
+            "--log-level=error"
+        })
         .args(extra);
+    if logged {
+        // The processes the upgrades start inherit it through the launcher.
+        cmd.stderr(fs::File::create(dir.join(LOG)).unwrap());
+    }
     if let Some(uid) = uid {
         use std::os::unix::process::CommandExt;
         for d in [dir.path(), shared.path()] {
@@ -119,7 +137,7 @@ fn start_as(extra: &[&str], uid: Option<u32>) -> Upgradable {
         bin,
         socket,
         shared,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -302,7 +320,7 @@ fn hands_over(extra: &[&str]) {
 
 /// [`hands_over`] with the daemon run as `uid`.
 fn hands_over_as(extra: &[&str], uid: Option<u32>) {
-    let mut s = start_as(extra, uid);
+    let mut s = start_as(extra, uid, false);
     s.check_serving("before");
     let mut held = s.hold();
     s.check_held(&mut held);

@@ -35,6 +35,7 @@
 pub mod command;
 mod handover;
 pub mod launcher;
+mod marks;
 mod relay;
 mod setup;
 #[cfg(test)]
@@ -61,6 +62,7 @@ use crate::vhost_device::VhostFsBackend;
 pub use handover::Process;
 use handover::{Answer, Session};
 pub use launcher::Launcher;
+use marks::{monotonic_ns, Marks};
 pub use relay::Relay;
 use setup::DeviceSetup;
 use wire::{req, Msg};
@@ -99,17 +101,6 @@ fn save_session(server: &FuseServer) -> Result<(Vec<u8>, Vec<OwnedFd>), String> 
         .save_state_with_fds(&mut session, Some(&mut fds))
         .map_err(|e| format!("saving the FUSE session: {e}"))?;
     Ok((session, fds))
-}
-
-/// CLOCK_MONOTONIC in ns (the same clock in every process: pauses are measured across two).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The binary an upgrade executes: the path this process was started as when it has a slash
@@ -278,15 +269,23 @@ impl Upgrader {
             return Err(format!("the device set-up cannot be replayed: {why}"));
         }
         let paused_at = monotonic_ns();
+        let mut marks = Marks::since(paused_at);
+        let mut handed = (0, 0);
         if let Err(e) = conn.backend.pause(QUIESCE) {
             conn.backend.resume();
             paused.resume();
             return Err(e.to_string());
         }
+        marks.mark("requests finished");
         let result = self
             .stop_vrings(&mut paused)
-            .and_then(|()| save_session(&conn.server))
+            .and_then(|()| {
+                marks.mark("vrings stopped");
+                save_session(&conn.server)
+            })
             .and_then(|(fuse, fuse_fds)| {
+                marks.mark("session saved");
+                handed = (fuse.len(), fuse_fds.len());
                 let session = Session {
                     setup: paused.setup.try_clone().map_err(|e| format!("dup: {e}"))?,
                     frontend: paused
@@ -298,8 +297,17 @@ impl Upgrader {
                     fuse_fds,
                 };
                 handover::send_session(sock, session).map_err(sent_error)?;
-                handover::await_answer(sock, handover::READY)
+                marks.mark("session sent");
+                handover::await_answer(sock, handover::READY)?;
+                marks.mark("new process ready");
+                Ok(())
             });
+        marks.log("old process");
+        log::debug!(
+            "upgrade: the FUSE session went over as {} bytes and {} fds",
+            handed.0,
+            handed.1
+        );
         if result.is_err() {
             // Our handler's vrings are stopped (or some are): start them again as they were.
             let mut msgs = Vec::new();
@@ -400,12 +408,14 @@ impl Inherited {
     /// Takes the device over: replays the set-up into the handler on `handler` (the relay's
     /// end of its private connection), answers the old process, waits until it is gone,
     /// kicks the vrings and starts relaying. On an error the old process serves on.
-    fn adopt(self, handler: UnixStream, session: Session) -> Result<Arc<Relay>, String> {
+    fn adopt(
+        self,
+        handler: UnixStream,
+        session: Session,
+        mut marks: Marks,
+    ) -> Result<Arc<Relay>, String> {
         let Session {
-            setup,
-            frontend,
-            paused_at,
-            ..
+            setup, frontend, ..
         } = session;
         let replayed = setup
             .replay()
@@ -413,12 +423,15 @@ impl Inherited {
         if let Err(e) = replayed {
             return Err(self.refuse(&format!("replaying the device set-up: {e}")));
         }
+        marks.mark("set-up replayed");
         handover::answer(&self.sock, Answer::Ready)
             .map_err(|e| format!("the hand-over connection: {e}"))?;
         // The old process exits at once: the end of the connection says it is gone.
         let _ = (&self.sock).read(&mut [0u8; 1]);
+        marks.mark("old process gone");
         setup.kick();
-        let paused_ms = monotonic_ns().saturating_sub(paused_at) as f64 / 1e6;
+        let paused_ms = marks.elapsed_ms();
+        marks.log("new process");
         log::info!(
             "took over the vhost-user connection: the queues stood still for {paused_ms:.1} ms"
         );
@@ -447,11 +460,14 @@ pub fn serve(
         Some(inherited) => {
             let requester = inherited.process.requester;
             let mut session = inherited.session()?;
+            let mut marks = Marks::since(session.paused_at);
+            marks.mark("session received");
             let fuse_fds = std::mem::take(&mut session.fuse_fds);
             if let Err(e) = server.load_state_with_fds(&mut &session.fuse[..], fuse_fds) {
                 return Err(inherited.refuse(&format!("the FUSE session: {e}")));
             }
-            let relay = inherited.adopt(handler, session)?;
+            marks.mark("session loaded");
+            let relay = inherited.adopt(handler, session, marks)?;
             // The socket and pid file are ours now: removed when we exit.
             crate::sandbox::took_over();
             if let Err(e) = up.launcher.cleanup(true) {

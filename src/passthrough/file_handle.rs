@@ -162,6 +162,14 @@ impl MountFds {
         Ok(true)
     }
 
+    /// Keeps `fd`, a non-O_PATH fd of an inode on mount `mnt_id` (an in-place upgrade hands
+    /// them over), unless the mount has one already.
+    pub fn adopt(&self, mnt_id: u64, fd: OwnedFd) {
+        sync::write(&self.fds)
+            .entry(mnt_id)
+            .or_insert_with(|| Arc::new(fd));
+    }
+
     /// Opens `handle` (of an inode on mount `mnt_id`) with `flags`.
     pub fn open(
         &self,

@@ -11,6 +11,7 @@ pub mod frontend;
 pub mod fuse_abi;
 pub mod fuse_client;
 pub mod guest_memory;
+pub mod hold;
 pub mod mount;
 pub mod session;
 pub mod smoke;

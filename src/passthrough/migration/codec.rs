@@ -196,6 +196,11 @@ impl<'a> Decoder<'a> {
         Ok(())
     }
 
+    /// Whether every byte was read.
+    pub fn at_end(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     /// Fails unless every byte was read.
     pub fn end(&self) -> io::Result<()> {
         if self.buf.is_empty() {

@@ -14,7 +14,7 @@ use super::super::sys::fd as sysfd;
 use super::super::PassthroughFs;
 use super::paths::Walker;
 use super::{invalid_data, Decoder, HandleRecord, InodeRecord, Location, OnError, Section, TAG};
-use super::{HANDLE_MIN, INODE_MIN, LOC_FD, LOC_HANDLE, LOC_INVALID, LOC_PATH};
+use super::{HANDLE_MIN, INODE_MIN, LOC_FD, LOC_HANDLE, LOC_INVALID, LOC_KEYED, LOC_PATH};
 
 /// A state re-opened and ready to install ([`PassthroughFs::install`]).
 pub struct Loaded {
@@ -46,7 +46,7 @@ fn handle(dec: &mut Decoder, what: &str) -> io::Result<Option<(i32, Vec<u8>)>> {
     }
 }
 
-fn decode(dec: &mut Decoder) -> io::Result<Section> {
+pub(super) fn decode(dec: &mut Decoder) -> io::Result<Section> {
     dec.tag(TAG)?;
     let root = handle(dec, "root")?;
     let n = dec.count(8)?;
@@ -66,6 +66,13 @@ fn decode(dec: &mut Decoder) -> io::Result<Section> {
             LOC_INVALID => Location::Invalid(String::from_utf8_lossy(dec.bytes()?).into_owned()),
             LOC_PATH => Location::Path(dec.bytes()?.to_vec()),
             LOC_FD => Location::Fd(dec.u32()?),
+            LOC_KEYED => Location::Keyed {
+                mount: dec.u32()?,
+                ino: dec.u64()?,
+                dev: dec.u32()?,
+                handle_type: dec.i32()?,
+                bytes: dec.bytes()?.to_vec(),
+            },
             LOC_HANDLE => {
                 let mount = dec.u32()?;
                 if mount as usize >= mounts.len() {
@@ -118,12 +125,29 @@ fn decode(dec: &mut Decoder) -> io::Result<Section> {
             fd,
         });
     }
+    let mount_fds = if dec.at_end() {
+        Vec::new()
+    } else {
+        let n = dec.count(4)?;
+        (0..n).map(|_| dec.u32()).collect::<io::Result<_>>()?
+    };
+    for r in &inodes {
+        if let Location::Keyed { mount, .. } = r.location {
+            if mount as usize >= mount_fds.len() {
+                return Err(invalid_data(format!(
+                    "node {}: no mount fd {mount}",
+                    r.nodeid
+                )));
+            }
+        }
+    }
     Ok(Section {
         root,
         mounts,
         inodes,
         next_fh,
         handles,
+        mount_fds,
     })
 }
 
@@ -139,6 +163,7 @@ impl PassthroughFs {
             inodes: records,
             next_fh,
             handles: handle_records,
+            mount_fds: handed_mounts,
         } = decode(dec)?;
         let on_error = self.cfg.migration.on_error;
         let root = self.inodes.get(ROOT_ID)?;
@@ -158,6 +183,10 @@ impl PassthroughFs {
             .iter()
             .map(|p| self.open_mount(&mut walker, p))
             .collect();
+        let keyed_mounts: Vec<Result<u64, String>> = handed_mounts
+            .iter()
+            .map(|&n| self.adopt_mount(&mut fds, n))
+            .collect();
         // Sorted by path, the walker re-uses the directories it opened for the last one.
         let mut order: Vec<usize> = (0..records.len()).collect();
         order.sort_by(
@@ -173,7 +202,7 @@ impl PassthroughFs {
             let reopened = if share_differs {
                 Err("the share is not the source's (root file handles differ)".to_string())
             } else {
-                self.reopen(&mut walker, &mount_fds, &mut fds, r)
+                self.reopen(&mut walker, &mount_fds, &keyed_mounts, &mut fds, r)
             };
             let inode = match reopened {
                 Ok(inode) => inode,
@@ -281,15 +310,51 @@ impl PassthroughFs {
             .map_err(|e| format!("mount path {shown:?}: {e}"))
     }
 
+    /// An in-place upgrade's mount fd, the stream's fd `n`, kept to open handles against;
+    /// returns its mount ID here.
+    fn adopt_mount(&self, fds: &mut [Option<OwnedFd>], n: u32) -> Result<u64, String> {
+        let fd = take(fds, n).map_err(|e| e.to_string())?;
+        let st = sys::statx(fd.as_fd(), c"", 0, sys::STATX_WANTED)
+            .map_err(|e| format!("mount fd {n}: statx: {e}"))?;
+        self.mounts.adopt(st.stx_mnt_id, fd);
+        Ok(st.stx_mnt_id)
+    }
+
     /// Finds the inode of `r` in this share and makes it this daemon's kind of inode.
+    /// `mount_fds`: the fds of the stream's mount paths; `keyed_mounts`: the mount IDs of its
+    /// mount fds.
     fn reopen(
         &self,
         walker: &mut Walker,
         mount_fds: &[Result<OwnedFd, String>],
+        keyed_mounts: &[Result<u64, String>],
         fds: &mut [Option<OwnedFd>],
         r: &InodeRecord,
     ) -> Result<Inode, String> {
         let fd = match &r.location {
+            Location::Keyed {
+                mount,
+                ino,
+                dev,
+                handle_type,
+                bytes,
+            } => {
+                let mnt = keyed_mounts[*mount as usize].clone()?;
+                let h = FileHandle::new(*handle_type, bytes);
+                // The same filesystem, mount and handle as in the process that saved it: kept
+                // as it was, without a syscall.
+                if self.use_handles {
+                    let key = InodeKey {
+                        ino: *ino,
+                        dev: *dev,
+                        mnt_id: mnt as u32,
+                    };
+                    return Ok(Inode::new(key, r.kind, InodeSource::Handle(h)));
+                }
+                self.mounts
+                    .open(mnt, &h, libc::O_PATH)
+                    .map_err(|e| format!("cannot open its file handle: {e}"))?
+            }
             Location::Fd(n) => take(fds, *n).map_err(|e| e.to_string())?,
             Location::Invalid(why) => return Err(format!("the source sent no location: {why}")),
             Location::Path(p) => walker.open(p).map_err(|e| format!("cannot open it: {e}"))?,
@@ -380,7 +445,7 @@ fn take(fds: &mut [Option<OwnedFd>], n: u32) -> io::Result<OwnedFd> {
 fn describe(r: &InodeRecord) -> String {
     match &r.location {
         Location::Path(p) => format!("{:?}", String::from_utf8_lossy(p)),
-        Location::Handle { .. } => "by file handle".into(),
+        Location::Handle { .. } | Location::Keyed { .. } => "by file handle".into(),
         Location::Fd(n) => format!("fd {n}"),
         Location::Invalid(_) => "no location".into(),
     }

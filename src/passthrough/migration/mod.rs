@@ -29,9 +29,11 @@
 //! Layering: this module reads and writes only the filesystem's section of the stream; the
 //! FUSE server writes the envelope and its INIT section around it (`fuse_server::migration`),
 //! the vhost-user device moves the bytes. The API works on any `Write`/`Read`, so an in-place
-//! upgrade can use it as well: there the fds themselves go beside the stream (every inode by an
-//! O_PATH fd, every open file by its own fd: nothing is looked up or re-opened), and the stream
-//! names them by number.
+//! upgrade can use it as well: there the fds themselves go beside the stream and the stream
+//! names them by number: every open file goes by its own fd, an inode reached by a file handle
+//! by its key and handle (with one fd per mount, [`Location::Keyed`]), any other inode by its
+//! O_PATH fd. Nothing is looked up or re-opened, and no syscall is made per inode held by a
+//! handle, on either side (the guest's queues stand still meanwhile).
 
 pub mod codec;
 mod load;
@@ -113,12 +115,22 @@ enum Location {
     /// An O_PATH fd of it, the stream's fd number `n` (an in-place upgrade hands the fds over
     /// beside the stream).
     Fd(u32),
+    /// An in-place upgrade's inode reached by a file handle: its key and handle, on the mount
+    /// whose fd is [`Section::mount_fds`]`[mount]`. Nothing is opened to save or load it.
+    Keyed {
+        mount: u32,
+        ino: u64,
+        dev: u32,
+        handle_type: i32,
+        bytes: Vec<u8>,
+    },
 }
 
 const LOC_INVALID: u8 = 0;
 const LOC_PATH: u8 = 1;
 const LOC_HANDLE: u8 = 2;
 const LOC_FD: u8 = 3;
+const LOC_KEYED: u8 = 4;
 
 /// An inode as the stream carries it.
 #[derive(Debug)]
@@ -159,6 +171,10 @@ struct Section {
     /// The next fh the source would have handed out.
     next_fh: u64,
     handles: Vec<HandleRecord>,
+    /// An in-place upgrade's mount fds (by [`Location::Keyed`]'s `mount`), as the stream's fd
+    /// numbers. Written last and only when there are any, so that every other stream reads as
+    /// before (the section is the last of the body, see `fuse_server::migration`).
+    mount_fds: Vec<u32>,
 }
 
 /// Smallest encoding of an inode and a handle record (to bound counts, see [`Decoder::count`]):

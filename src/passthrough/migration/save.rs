@@ -10,7 +10,7 @@ use super::super::sys;
 use super::super::PassthroughFs;
 use super::paths::{self, Walker};
 use super::{Encoder, HandleRecord, InodeRecord, Location, MigrationMode, Section, TAG};
-use super::{LOC_FD, LOC_HANDLE, LOC_INVALID, LOC_PATH};
+use super::{LOC_FD, LOC_HANDLE, LOC_INVALID, LOC_KEYED, LOC_PATH};
 
 /// What a save wrote, for the log and the numbers in docs/migration.md.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,8 +33,9 @@ struct Mounts {
 impl PassthroughFs {
     /// Writes the filesystem's section of the state into `enc`. Nothing changes here: a failed
     /// migration leaves the source serving as before. Callers make sure no request runs.
-    /// With `fds`, every inode and open file is described by an fd pushed there (an in-place
-    /// upgrade), not by a path or handle.
+    /// With `fds` (an in-place upgrade), every open file and every inode not reached by a file
+    /// handle is described by an fd pushed there, an inode reached by a handle by its key and
+    /// handle (and its mount by an fd): see [`Location::Keyed`].
     pub fn save_state(
         &self,
         enc: &mut Encoder,
@@ -49,18 +50,24 @@ impl PassthroughFs {
         let held = self.inodes.held();
         let mut records = Vec::with_capacity(held.len());
         let mut unresolved = HashMap::new();
+        // An in-place upgrade's mounts: source mount ID → index in `mount_fds`.
+        let (mut mount_index, mut mount_fds) = (HashMap::new(), Vec::new());
         for (inode, lookups) in &held {
             let location = match (fds.as_deref_mut(), mode) {
-                (Some(fds), _) => match self
-                    .save_fd(inode)
-                    .and_then(|fd| fd.as_fd().try_clone_to_owned())
-                {
-                    Ok(fd) => {
-                        fds.push(fd);
-                        Location::Fd((fds.len() - 1) as u32)
-                    }
-                    Err(e) => Location::Invalid(format!("no fd: {e}")),
-                },
+                (Some(fds), _) => self
+                    .keyed_location(inode, fds, &mut mount_index, &mut mount_fds)
+                    .unwrap_or_else(|| {
+                        match self
+                            .save_fd(inode)
+                            .and_then(|fd| fd.as_fd().try_clone_to_owned())
+                        {
+                            Ok(fd) => {
+                                fds.push(fd);
+                                Location::Fd((fds.len() - 1) as u32)
+                            }
+                            Err(e) => Location::Invalid(format!("no fd: {e}")),
+                        }
+                    }),
                 (None, MigrationMode::FindPaths) => {
                     match self.find_path(inode, &root_link, &mut walker) {
                         Ok(Some(p)) => Location::Path(p),
@@ -139,9 +146,39 @@ impl PassthroughFs {
             inodes: records,
             next_fh,
             handles,
+            mount_fds,
         };
         section.encode(enc);
         Ok(saved)
+    }
+
+    /// An in-place upgrade's [`Location::Keyed`] of an inode reached by a handle, pushing its
+    /// mount's fd (a duplicate) the first time; `None` for any other inode, or one whose mount
+    /// has no fd (it goes as an fd).
+    fn keyed_location(
+        &self,
+        inode: &Inode,
+        fds: &mut Vec<OwnedFd>,
+        index: &mut HashMap<u32, Option<u32>>,
+        mount_fds: &mut Vec<u32>,
+    ) -> Option<Location> {
+        let InodeSource::Handle(h) = &inode.source else {
+            return None;
+        };
+        let mnt = inode.key.mnt_id;
+        let mount = (*index.entry(mnt).or_insert_with(|| {
+            let fd = self.mounts.get(u64::from(mnt))?;
+            fds.push(fd.as_fd().try_clone_to_owned().ok()?);
+            mount_fds.push((fds.len() - 1) as u32);
+            Some((mount_fds.len() - 1) as u32)
+        }))?;
+        Some(Location::Keyed {
+            mount,
+            ino: inode.key.ino,
+            dev: inode.key.dev,
+            handle_type: h.handle_type(),
+            bytes: h.bytes().to_vec(),
+        })
     }
 
     /// An O_PATH fd of `inode` for the save, not put in the fd cache.
@@ -310,6 +347,20 @@ impl Section {
                     enc.u8(LOC_FD);
                     enc.u32(*n);
                 }
+                Location::Keyed {
+                    mount,
+                    ino,
+                    dev,
+                    handle_type,
+                    bytes,
+                } => {
+                    enc.u8(LOC_KEYED);
+                    enc.u32(*mount);
+                    enc.u64(*ino);
+                    enc.u32(*dev);
+                    enc.i32(*handle_type);
+                    enc.bytes(bytes);
+                }
             }
             handle(enc, &r.check);
         }
@@ -327,6 +378,10 @@ impl Section {
                 }
                 None => enc.u8(0),
             }
+        }
+        if !self.mount_fds.is_empty() {
+            enc.u64(self.mount_fds.len() as u64);
+            self.mount_fds.iter().for_each(|&n| enc.u32(n));
         }
     }
 }
