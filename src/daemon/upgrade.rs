@@ -55,6 +55,7 @@ use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 
 use crate::fuse_server::FuseServer;
+use crate::passthrough::migration::HandedFd;
 
 use crate::sync::lock;
 use crate::systemd::Notifier;
@@ -93,9 +94,10 @@ fn replay(sock: &UnixStream, setup: &DeviceSetup, msgs: &[Msg]) -> io::Result<()
     Ok(())
 }
 
-/// The FUSE session as `FuseServer::save_state_with_fds` writes it, and the fds of every inode
-/// and open file it names (no request runs: the queues are paused).
-fn save_session(server: &FuseServer) -> Result<(Vec<u8>, Vec<OwnedFd>), String> {
+/// The FUSE session as `FuseServer::save_state_with_fds` writes it, and the fds it names (open
+/// files, mounts, inodes without a handle), held open until sent (no request runs: the queues
+/// are paused).
+fn save_session(server: &FuseServer) -> Result<(Vec<u8>, Vec<HandedFd>), String> {
     let (mut session, mut fds) = (Vec::new(), Vec::new());
     server
         .save_state_with_fds(&mut session, Some(&mut fds))

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::FuseServer;
-use crate::passthrough::migration::{read_envelope, Decoder, Encoder};
+use crate::passthrough::migration::{read_envelope, Decoder, Encoder, HandedFd};
 
 /// The section tag of the INIT parameters.
 const TAG: &[u8; 4] = b"FUSE";
@@ -27,7 +27,7 @@ impl FuseServer {
     pub fn save_state_with_fds(
         &self,
         w: &mut dyn Write,
-        fds: Option<&mut Vec<OwnedFd>>,
+        fds: Option<&mut Vec<HandedFd>>,
     ) -> io::Result<usize> {
         let start = Instant::now();
         let mut enc = Encoder::default();

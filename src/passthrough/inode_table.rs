@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex};
 use super::inode_index::{hash_key, shard_of_hash, NodeId, Slot, Slots};
 use super::writeback::GuestState;
 use inode::replaced;
-pub use inode::{Inode, InodeFd, InodeKey, InodeSource};
+pub use inode::{Inode, InodeFd, InodeKey, InodeSource, PathFd};
 
 /// The node ID of the shared directory itself.
 pub const ROOT_ID: u64 = 1;

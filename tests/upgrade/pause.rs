@@ -101,6 +101,18 @@ fn numbers() {
     }
 }
 
+/// A sample of the files `hold_many` made still has the node ID it had.
+fn check_ids(s: &Upgradable, ids: &[u64]) {
+    let c = s.c();
+    for (i, &id) in ids.iter().enumerate().step_by(997) {
+        let (d, f) = (i / PER_DIR, i % PER_DIR);
+        let dir = c.lookup(1, &format!("d{d:04}")).expect("LOOKUP").nodeid;
+        let entry = c.lookup(dir, &format!("file-{f:03}")).expect("LOOKUP");
+        assert_eq!(entry.nodeid, id, "the node ID of d{d:04}/file-{f:03}");
+        assert_eq!(c.getattr(id, None).expect("GETATTR").attr.size, 1);
+    }
+}
+
 /// The fds the FUSE session went over with in the last upgrade (the old process's debug log).
 fn fds_handed_over(s: &Upgradable) -> usize {
     let log = fs::read_to_string(s.dir.join(LOG)).unwrap_or_default();
@@ -134,12 +146,15 @@ fn the_pause_with_10000_inodes_held_stays_short() {
         phases(&s)
     );
     // The inodes are still there under their node IDs, reached by their handles.
-    let c = s.c();
-    for (i, &id) in ids.iter().enumerate().step_by(997) {
-        let (d, f) = (i / PER_DIR, i % PER_DIR);
-        let dir = c.lookup(1, &format!("d{d:04}")).expect("LOOKUP").nodeid;
-        let entry = c.lookup(dir, &format!("file-{f:03}")).expect("LOOKUP");
-        assert_eq!(entry.nodeid, id, "the node ID of d{d:04}/file-{f:03}");
-        assert_eq!(c.getattr(id, None).expect("GETATTR").attr.size, 1);
-    }
+    check_ids(&s, &ids);
+}
+
+/// `--inode-file-handles=never`: every inode goes as its own fd, sent as it is (a duplicate of
+/// each took the old process past RLIMIT_NOFILE at 10,000 inodes: the upgrade was refused).
+#[test]
+fn ten_thousand_inodes_by_fd_go_over() {
+    let (s, ids) = holding(&["--inode-file-handles=never"]);
+    upgrade(&s);
+    assert!(fds_handed_over(&s) > HELD, "every inode by its fd");
+    check_ids(&s, &ids);
 }

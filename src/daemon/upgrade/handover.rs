@@ -15,7 +15,7 @@
 //! twice, trailing bytes) is an error, never a partial load.
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
@@ -55,8 +55,9 @@ pub struct Process {
 }
 
 /// The live session, sent once the next process has started and asked for it (`W`), and the
-/// old one has stopped its queues.
-pub struct Session {
+/// old one has stopped its queues. `F`: how the sender holds the FUSE session's fds (they are
+/// sent as they are, not duplicated); the receiver gets them as its own.
+pub struct Session<F = OwnedFd> {
     pub setup: DeviceSetup,
     /// The frontend's connection.
     pub frontend: OwnedFd,
@@ -64,13 +65,14 @@ pub struct Session {
     pub paused_at: u64,
     /// The FUSE session, as `FuseServer` saves it, and its fds.
     pub fuse: Vec<u8>,
-    pub fuse_fds: Vec<OwnedFd>,
+    pub fuse_fds: Vec<F>,
 }
 
 #[derive(Default)]
 struct Enc {
     bytes: Vec<u8>,
-    fds: Vec<OwnedFd>,
+    /// Kept open until sent.
+    fds: Vec<Box<dyn AsFd>>,
 }
 
 impl Enc {
@@ -87,9 +89,9 @@ impl Enc {
         self.u64(b.len() as u64);
         self.bytes.extend_from_slice(b);
     }
-    fn fd(&mut self, fd: OwnedFd) {
+    fn fd(&mut self, fd: impl AsFd + 'static) {
         self.u32(self.fds.len() as u32);
-        self.fds.push(fd);
+        self.fds.push(Box::new(fd));
     }
     fn opt_u32(&mut self, v: Option<u32>) {
         self.u8(v.is_some() as u8);
@@ -254,7 +256,7 @@ fn decode_process(d: &mut Dec) -> io::Result<Process> {
     })
 }
 
-fn encode_session(session: Session) -> Enc {
+fn encode_session<F: AsFd + 'static>(session: Session<F>) -> Enc {
     let mut e = Enc::default();
     header(&mut e);
     let s = session.setup;
@@ -348,7 +350,7 @@ pub fn send_process(sock: &UnixStream, p: Process) -> io::Result<()> {
 }
 
 /// Sends the live session (old process).
-pub fn send_session(sock: &UnixStream, s: Session) -> io::Result<()> {
+pub fn send_session<F: AsFd + 'static>(sock: &UnixStream, s: Session<F>) -> io::Result<()> {
     send(sock, encode_session(s))
 }
 
@@ -366,7 +368,7 @@ fn send(sock: &UnixStream, e: Enc) -> io::Result<()> {
     for chunk in e.fds.chunks(FDS_PER_FRAME) {
         let mut head = vec![b'F'];
         head.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
-        let raw: Vec<RawFd> = chunk.iter().map(AsRawFd::as_raw_fd).collect();
+        let raw: Vec<RawFd> = chunk.iter().map(|fd| fd.as_fd().as_raw_fd()).collect();
         let n = sock.send_with_fds(&[&head[..]], &raw).map_err(scm_err)?;
         (&*sock).write_all(&head[n..])?;
     }

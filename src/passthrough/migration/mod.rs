@@ -42,6 +42,11 @@ mod save;
 #[cfg(test)]
 mod tests;
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use super::handle_table::OpenFile;
+use super::inode_table::PathFd;
 use crate::option_values::option_values;
 
 pub use codec::{read_envelope, Decoder, Encoder};
@@ -88,6 +93,31 @@ impl Default for MigrationConfig {
             on_error: OnError::Abort,
             verify_handles: false,
             confirm_paths: false,
+        }
+    }
+}
+
+/// An fd an in-place upgrade hands over beside the stream: one the tables hold, kept open by
+/// what holds it until it is sent. No duplicate is made: one per inode held by fd would be a
+/// syscall each while the guest waits, and would double the fds (10,000 inodes held by fd
+/// then passed RLIMIT_NOFILE).
+pub struct HandedFd(Held);
+
+enum Held {
+    /// An inode's own O_PATH fd.
+    Path(Arc<PathFd>),
+    /// An open file's fd.
+    File(Arc<OpenFile>),
+    /// A mount fd, or an fd of the fd cache or opened for the save.
+    Shared(Arc<OwnedFd>),
+}
+
+impl AsFd for HandedFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match &self.0 {
+            Held::Path(p) => p.fd.as_fd(),
+            Held::File(f) => f.file.as_fd(),
+            Held::Shared(fd) => fd.as_fd(),
         }
     }
 }

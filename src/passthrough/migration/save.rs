@@ -2,14 +2,15 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
 use super::super::inode_table::{Inode, InodeFd, InodeKey, InodeSource, ROOT_ID};
 use super::super::sys;
 use super::super::PassthroughFs;
 use super::paths::{self, Walker};
-use super::{Encoder, HandleRecord, InodeRecord, Location, MigrationMode, Section, TAG};
+use super::{Encoder, HandedFd, HandleRecord, Held, InodeRecord, Location, MigrationMode};
+use super::{Section, TAG};
 use super::{LOC_FD, LOC_HANDLE, LOC_INVALID, LOC_KEYED, LOC_PATH};
 
 /// What a save wrote, for the log and the numbers in docs/migration.md.
@@ -39,7 +40,7 @@ impl PassthroughFs {
     pub fn save_state(
         &self,
         enc: &mut Encoder,
-        mut fds: Option<&mut Vec<OwnedFd>>,
+        mut fds: Option<&mut Vec<HandedFd>>,
     ) -> io::Result<Saved> {
         let mode = self.cfg.migration.mode;
         let root = self.inodes.get(ROOT_ID)?;
@@ -56,17 +57,12 @@ impl PassthroughFs {
             let location = match (fds.as_deref_mut(), mode) {
                 (Some(fds), _) => self
                     .keyed_location(inode, fds, &mut mount_index, &mut mount_fds)
-                    .unwrap_or_else(|| {
-                        match self
-                            .save_fd(inode)
-                            .and_then(|fd| fd.as_fd().try_clone_to_owned())
-                        {
-                            Ok(fd) => {
-                                fds.push(fd);
-                                Location::Fd((fds.len() - 1) as u32)
-                            }
-                            Err(e) => Location::Invalid(format!("no fd: {e}")),
+                    .unwrap_or_else(|| match self.handed_fd(inode) {
+                        Ok(fd) => {
+                            fds.push(fd);
+                            Location::Fd((fds.len() - 1) as u32)
                         }
+                        Err(e) => Location::Invalid(format!("no fd: {e}")),
                     }),
                 (None, MigrationMode::FindPaths) => {
                     match self.find_path(inode, &root_link, &mut walker) {
@@ -108,7 +104,7 @@ impl PassthroughFs {
         for (fh, f) in &open {
             let fd = match fds.as_deref_mut() {
                 Some(fds) => {
-                    fds.push(f.file.as_fd().try_clone_to_owned()?);
+                    fds.push(HandedFd(Held::File(Arc::clone(f))));
                     Some((fds.len() - 1) as u32)
                 }
                 None => None,
@@ -153,12 +149,12 @@ impl PassthroughFs {
     }
 
     /// An in-place upgrade's [`Location::Keyed`] of an inode reached by a handle, pushing its
-    /// mount's fd (a duplicate) the first time; `None` for any other inode, or one whose mount
-    /// has no fd (it goes as an fd).
+    /// mount's fd the first time; `None` for any other inode, or one whose mount has no fd (it
+    /// goes as an fd).
     fn keyed_location(
         &self,
         inode: &Inode,
-        fds: &mut Vec<OwnedFd>,
+        fds: &mut Vec<HandedFd>,
         index: &mut HashMap<u32, Option<u32>>,
         mount_fds: &mut Vec<u32>,
     ) -> Option<Location> {
@@ -168,7 +164,7 @@ impl PassthroughFs {
         let mnt = inode.key.mnt_id;
         let mount = (*index.entry(mnt).or_insert_with(|| {
             let fd = self.mounts.get(u64::from(mnt))?;
-            fds.push(fd.as_fd().try_clone_to_owned().ok()?);
+            fds.push(HandedFd(Held::Shared(fd)));
             mount_fds.push((fds.len() - 1) as u32);
             Some((mount_fds.len() - 1) as u32)
         }))?;
@@ -179,6 +175,18 @@ impl PassthroughFs {
             handle_type: h.handle_type(),
             bytes: h.bytes().to_vec(),
         })
+    }
+
+    /// The fd an in-place upgrade hands `inode` over by: its own, else [`Self::save_fd`]'s.
+    fn handed_fd(&self, inode: &Inode) -> io::Result<HandedFd> {
+        if let InodeSource::Fd(p) = &inode.source {
+            return Ok(HandedFd(Held::Path(Arc::clone(p))));
+        }
+        match self.save_fd(inode)? {
+            InodeFd::Shared(fd) => Ok(HandedFd(Held::Shared(fd))),
+            InodeFd::Owned(fd) => Ok(HandedFd(Held::Shared(Arc::new(fd)))),
+            InodeFd::Borrowed(fd) => Ok(HandedFd(Held::Shared(Arc::new(fd.try_clone_to_owned()?)))),
+        }
     }
 
     /// An O_PATH fd of `inode` for the save, not put in the fd cache.

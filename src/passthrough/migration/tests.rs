@@ -2,6 +2,7 @@
 //! by its file handle (with its mount's fd) where it has one, else by an fd.
 
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
 use super::super::inode_table::InodeSource;
@@ -61,6 +62,11 @@ fn fds_handed_over_keep_node_ids_counts_and_open_files_even_unlinked() {
         assert_eq!(fds.len(), if by_handle { 2 } else { 3 });
         let mut bytes = Vec::new();
         enc.finish(&mut bytes).unwrap();
+        // What the new process receives: its own fds.
+        let fds: Vec<_> = fds
+            .iter()
+            .map(|f| f.as_fd().try_clone_to_owned().unwrap())
+            .collect();
         drop(old);
 
         let new = fs_on(&dir, handles);
