@@ -19,13 +19,14 @@
 //! 4. GET_VRING_BASE, sent to our own handler, stops each running vring and gives that index,
 //!    which becomes the vring's base in the recorded set-up.
 //! 5. The [`Session`] goes over: the set-up, the frontend's connection, the FUSE session with
-//!    the fd of every inode and open file (`FuseServer::save_state_with_fds`). The new process
-//!    loads it, replays the set-up into its own handler (each step acknowledged), answers `R`;
-//!    we tell systemd its pid (`MAINPID=`) and our sandbox supervisor that the socket and pid
-//!    file are no longer ours, and exit. It then kicks every running vring (kicks we consumed
-//!    while stopped are not lost), takes the socket and pid file as its own, writes its pid
-//!    (the host's, its supervisor's under the namespace sandbox) into the pid file, and relays
-//!    the same connection.
+//!    the fd of every open file and inode held by an fd, and the key and handle of every inode
+//!    held by a handle (`FuseServer::save_state_with_fds`). The new process loads it, replays
+//!    the set-up into its own handler (each step acknowledged), answers `R`; we tell systemd
+//!    its pid (`MAINPID=`) and our sandbox supervisor that the socket and pid file are no
+//!    longer ours, and exit. It then kicks every running vring (kicks we consumed while
+//!    stopped are not lost), takes the socket and pid file as its own, writes its pid (the
+//!    host's, its supervisor's under the namespace sandbox) into the pid file, and relays the
+//!    same connection. The phases of the pause are logged at debug level ([`marks`]).
 //! 6. Any failure before `R` (the binary missing or exiting, a refused state, a request still
 //!    running after [`QUIESCE`], no answer in [`ANSWER`]): the new process is killed; if our
 //!    queues had stopped, the vring part of the set-up is replayed into our own handler, the
