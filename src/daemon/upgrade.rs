@@ -271,9 +271,7 @@ impl Upgrader {
             paused.resume();
             return Err(format!("the device set-up cannot be replayed: {why}"));
         }
-        let paused_at = monotonic_ns();
-        let mut marks = Marks::since(paused_at);
-        let mut handed = (0, 0);
+        let mut marks = Marks::since(monotonic_ns());
         if let Err(e) = conn.backend.pause(QUIESCE) {
             conn.backend.resume();
             paused.resume();
@@ -288,14 +286,14 @@ impl Upgrader {
             })
             .and_then(|(fuse, fuse_fds)| {
                 marks.mark("session saved");
-                handed = (fuse.len(), fuse_fds.len());
+                marks.detail = format!("{} bytes and {} fds", fuse.len(), fuse_fds.len());
                 let session = Session {
                     setup: paused.setup.try_clone().map_err(|e| format!("dup: {e}"))?,
                     frontend: paused
                         .frontend()
                         .try_clone_to_owned()
                         .map_err(|e| format!("dup: {e}"))?,
-                    paused_at,
+                    paused_at: marks.start,
                     fuse,
                     fuse_fds,
                 };
@@ -306,11 +304,6 @@ impl Upgrader {
                 Ok(())
             });
         marks.log("old process");
-        log::debug!(
-            "upgrade: the FUSE session went over as {} bytes and {} fds",
-            handed.0,
-            handed.1
-        );
         if result.is_err() {
             // Our handler's vrings are stopped (or some are): start them again as they were.
             let mut msgs = Vec::new();

@@ -113,13 +113,14 @@ fn check_ids(s: &Upgradable, ids: &[u64]) {
     }
 }
 
-/// The fds the FUSE session went over with in the last upgrade (the old process's debug log).
+/// The fds the FUSE session went with in the last upgrade (the old process's debug log).
 fn fds_handed_over(s: &Upgradable) -> usize {
     let log = fs::read_to_string(s.dir.join(LOG)).unwrap_or_default();
     let line = log
         .lines()
         .rev()
-        .find_map(|l| l.split("went over as ").nth(1));
+        .filter(|l| l.contains("(old process"))
+        .find_map(|l| l.split("the FUSE session: ").nth(1));
     let fds = line.and_then(|l| l.split(" bytes and ").nth(1));
     fds.and_then(|l| l.split(' ').next()?.parse().ok())
         .expect("the upgrade's debug line")

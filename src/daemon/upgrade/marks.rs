@@ -16,8 +16,10 @@ pub fn monotonic_ns() -> u64 {
 /// The phases of one pause, each as the time it ended.
 pub struct Marks {
     /// When the pause began (ns).
-    start: u64,
+    pub start: u64,
     marks: Vec<(&'static str, u64)>,
+    /// What moved (logged with the phases).
+    pub detail: String,
 }
 
 impl Marks {
@@ -25,6 +27,7 @@ impl Marks {
         Marks {
             start,
             marks: Vec::with_capacity(8),
+            detail: String::new(),
         }
     }
 
@@ -46,8 +49,14 @@ impl Marks {
             .map(|(what, t)| format!("{what} {:.1}", t.saturating_sub(self.start) as f64 / 1e6))
             .collect();
         log::debug!(
-            "upgrade: pause phases ({side}; ms since the queues began to stop): {}",
-            shown.join(", ")
+            "upgrade: pause phases ({side}; ms since the queues began to stop): {}; the FUSE \
+             session: {}",
+            shown.join(", "),
+            if self.detail.is_empty() {
+                "-"
+            } else {
+                &self.detail
+            }
         );
     }
 }
