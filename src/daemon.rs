@@ -240,9 +240,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
         SandboxMode::Namespace => upgrade::launcher::Leftovers::default(),
         _ => lock(&owned).leftovers()?,
     };
-    let launcher =
-        upgrade::Launcher::start(upgrade::binary_path(), &upgrade::arguments(), leftovers)
-            .map_err(|e| format!("the upgrade launcher: {e}"))?;
+    let launcher = upgrade::Launcher::start(
+        upgrade::launcher::binary_path(),
+        &upgrade::launcher::arguments(),
+        leftovers,
+    )
+    .map_err(|e| format!("the upgrade launcher: {e}"))?;
     if inherited.is_some() {
         launcher
             .cleanup(false)

@@ -43,12 +43,10 @@ mod setup;
 mod tests;
 mod wire;
 
-use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -104,21 +102,6 @@ fn save_session(server: &FuseServer) -> Result<(Vec<u8>, Vec<HandedFd>), String>
         .save_state_with_fds(&mut session, Some(&mut fds))
         .map_err(|e| format!("saving the FUSE session: {e}"))?;
     Ok((session, fds))
-}
-
-/// The binary an upgrade executes: the path this process was started as when it has a slash
-/// (the launcher keeps the start-up working directory), so a new build installed at that path
-/// is the one started; else the one `/proc/self/exe` names.
-pub fn binary_path() -> PathBuf {
-    match std::env::args_os().next() {
-        Some(a) if a.as_encoded_bytes().contains(&b'/') => PathBuf::from(a),
-        _ => std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
-    }
-}
-
-/// This process's arguments (without argv[0]): the next process gets the same.
-pub fn arguments() -> Vec<OsString> {
-    std::env::args_os().skip(1).collect()
 }
 
 /// The connection being served, as the upgrade needs it.

@@ -392,3 +392,18 @@ pub fn take_handover() -> Option<UnixStream> {
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     Some(sock)
 }
+
+/// The binary an upgrade executes: the path this process was started as when it has a slash
+/// (the launcher keeps the start-up working directory), so a new build installed at that path
+/// is the one started; else the one `/proc/self/exe` names.
+pub fn binary_path() -> PathBuf {
+    match std::env::args_os().next() {
+        Some(a) if a.as_encoded_bytes().contains(&b'/') => PathBuf::from(a),
+        _ => std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
+    }
+}
+
+/// This process's arguments (without argv[0]): the next process gets the same.
+pub fn arguments() -> Vec<OsString> {
+    std::env::args_os().skip(1).collect()
+}
