@@ -32,3 +32,18 @@ stop_group() {
   fi
   wait "$pgid" 2>/dev/null || true
 }
+
+# Boots a TCG guest in the background (its pid in $! for the caller) with one vhost-user-fs
+# device, tag "share", on SOCKET; APPEND goes after "console=ttyS0 quiet panic=-1"; the
+# console and QEMU's stderr go to LOGconsole.log and LOGqemu.log (LOG: a path prefix).
+#   boot_fs_guest MEM SOCKET KERNEL INITRD APPEND LOG
+boot_fs_guest() {
+  local mem=$1 sock=$2 kernel=$3 initrd=$4 append=$5 log=$6
+  qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m "$mem" \
+    -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa node,memdev=mem \
+    -chardev "socket,id=char0,path=$sock" \
+    -device vhost-user-fs-pci,queue-size=1024,chardev=char0,tag=share \
+    -kernel "$kernel" -initrd "$initrd" \
+    -append "console=ttyS0 quiet panic=-1 $append" \
+    -nic none -nographic -no-reboot < /dev/null > "${log}console.log" 2> "${log}qemu.log" &
+}

@@ -120,13 +120,8 @@ check "the service is not running before a connection" [ "$(show ActiveState vho
 # ---- QEMU connects: socket activation, readiness, the guest's checks -------------------------------
 if [ -n "${E2E_LOCK:-}" ]; then exec 9>"$E2E_LOCK"; flock 9; fi
 t1=$(now)
-qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 512M \
-  -object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
-  -chardev "socket,id=char0,path=$work/run/share.sock" \
-  -device vhost-user-fs-pci,queue-size=1024,chardev=char0,tag=share \
-  -kernel "$kernel" -initrd "$work/initramfs.cpio.gz" \
-  -append "console=ttyS0 quiet panic=-1 e2e.tag=share e2e.queues=1" \
-  -nic none -nographic -no-reboot < /dev/null > "$logroot/console.log" 2> "$logroot/qemu.log" &
+boot_fs_guest 512M "$work/run/share.sock" "$kernel" "$work/initramfs.cpio.gz" \
+  "e2e.tag=share e2e.queues=1" "$logroot/"
 qemu_pid=$!
 seen_active='' main_pid=''
 for _ in $(seq 1200); do
@@ -172,13 +167,8 @@ kill "$client" 2>/dev/null || true; wait "$client" 2>/dev/null || true
 "$here/mkinitramfs.sh" "$work/reload.cpio.gz" "$here/guest-reload-test.sh" >/dev/null
 if [ -n "${E2E_LOCK:-}" ]; then exec 9>"$E2E_LOCK"; flock 9; fi
 t3=$(now)
-qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 512M \
-  -object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
-  -chardev "socket,id=char0,path=$work/run/share.sock" \
-  -device vhost-user-fs-pci,queue-size=1024,chardev=char0,tag=share \
-  -kernel "$kernel" -initrd "$work/reload.cpio.gz" \
-  -append "console=ttyS0 quiet panic=-1 e2e.tag=share e2e.queues=1" \
-  -nic none -nographic -no-reboot < /dev/null > "$logroot/reload-console.log" 2> "$logroot/reload-qemu.log" &
+boot_fs_guest 512M "$work/run/share.sock" "$kernel" "$work/reload.cpio.gz" \
+  "e2e.tag=share e2e.queues=1" "$logroot/reload-"
 qemu_pid=$!
 for _ in $(seq 1200); do
   [ -e "$work/share/reload-go" ] && break

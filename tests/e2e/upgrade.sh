@@ -99,13 +99,7 @@ for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
 
 if [ -n "${E2E_LOCK:-}" ]; then exec 9>"$E2E_LOCK"; flock 9; fi
 t1=$(now)
-qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1G \
-  -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem \
-  -chardev "socket,id=char0,path=$sock" \
-  -device vhost-user-fs-pci,queue-size=1024,chardev=char0,tag=share \
-  -kernel "$kernel" -initrd "$work/initramfs.cpio.zst" \
-  -append "console=ttyS0 quiet panic=-1 e2e.tag=share" \
-  -nic none -nographic -no-reboot < /dev/null > "$logroot/console.log" 2> "$logroot/qemu.log" &
+boot_fs_guest 1G "$sock" "$kernel" "$work/initramfs.cpio.zst" "e2e.tag=share" "$logroot/"
 qemu_pid=$!
 for _ in $(seq 3000); do
   [ -e "$work/share/upgrade-go" ] && break
