@@ -41,7 +41,7 @@ fn read_through_submount(c: &FuseClient) -> u32 {
 }
 
 fn check_mode(sandbox: &str, handles: &str) {
-    let (shared, _m) = share_with_tmpfs();
+    let (shared, m) = share_with_tmpfs();
     let tmp_path = shared.join("tmp");
     let s = Session::start_on_share(
         shared,
@@ -67,6 +67,8 @@ fn check_mode(sandbox: &str, handles: &str) {
     assert_eq!(c.write(e.nodeid, o.fh, 0, b"guest").unwrap(), 5);
     c.release(e.nodeid, o.fh, 0).unwrap();
     assert_eq!(fs::read(tmp_path.join("new")).unwrap(), b"guest");
+    // Unmounted (detached) before the share goes: a mount in it would leave it in /tmp.
+    drop(m);
     drop(s);
 }
 
@@ -88,9 +90,10 @@ fn chroot_and_no_sandbox_see_submounts() {
 
 #[test]
 fn no_announce_submounts_serves_them_unflagged() {
-    let (shared, _m) = share_with_tmpfs();
+    let (shared, m) = share_with_tmpfs();
     let s = Session::start_on_share(shared, &["--no-announce-submounts"]);
     assert_eq!(read_through_submount(&s.client) & FUSE_ATTR_SUBMOUNT, 0);
+    drop(m);
 }
 
 #[test]
@@ -107,7 +110,7 @@ fn an_overlay_without_handles_is_served_by_fds_in_prefer_and_refused_in_mandator
         let shared = TempDir::new("submounts-shared").unwrap();
         fs::write(shared.join("base"), b"on the base fs").unwrap();
         let work = layers.join(&i.to_string());
-        let _m = Mount::overlay(&shared.join("ovl"), &work);
+        let m = Mount::overlay(&shared.join("ovl"), &work);
         let s = Session::start_on_share(
             shared,
             &[
@@ -142,6 +145,7 @@ fn an_overlay_without_handles_is_served_by_fds_in_prefer_and_refused_in_mandator
         }
         let mut s = s;
         assert!(s.daemon.is_alive());
+        drop(m);
     }
 }
 
@@ -162,7 +166,7 @@ fn host_mounts_below_a_shared_share_come_and_go_while_serving() {
     for sandbox in ["namespace", "chroot", "none"] {
         let shared = TempDir::new("submounts-shared").unwrap();
         fs::create_dir(shared.join("live")).unwrap();
-        let _bind = Mount::shared_bind(shared.path());
+        let bind = Mount::shared_bind(shared.path());
         let live = shared.join("live");
         let s = Session::start_on_share(shared, &[&format!("--sandbox={sandbox}")]);
         let c = &s.client;
@@ -191,5 +195,6 @@ fn host_mounts_below_a_shared_share_come_and_go_while_serving() {
         assert_eq!(c.lookup(before.nodeid, "f").err(), Some(libc::ENOENT));
         let mut s = s;
         assert!(s.daemon.is_alive());
+        drop(bind);
     }
 }
