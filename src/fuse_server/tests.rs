@@ -31,24 +31,10 @@ pub(super) type VhostMem = GuestMemoryMmap<()>;
 /// tests never touch anything else.
 pub(super) fn server() -> (FuseServer, TempDir) {
     let dir = TempDir::new("vhostfs-fuse-server").unwrap();
-    let fs = PassthroughFs::new(FsConfig {
-        shared_dir: dir.path().to_path_buf(),
-        inode_file_handles: crate::passthrough::InodeFileHandles::Never,
-        entry_timeout: std::time::Duration::from_secs(1),
-        attr_timeout: std::time::Duration::from_secs(1),
-        direct_io: false,
-        allow_direct_io: false,
-        preserve_noatime: false,
-        keep_cache: false,
-        readonly: false,
-        xattr: false,
-        announce_submounts: false,
-        fd_budget: 1000,
-        xattrmap: None,
-        ids: Default::default(),
-        fd_cache_size: crate::passthrough::fd_cache::DEFAULT_SIZE,
-        migration: Default::default(),
-    })
+    let fs = PassthroughFs::new(FsConfig::for_tests(
+        dir.path(),
+        crate::passthrough::InodeFileHandles::Never,
+    ))
     .unwrap();
     (FuseServer::new(Arc::new(fs), ServerOptions::default()), dir)
 }

@@ -155,6 +155,32 @@ pub struct FsConfig {
     pub migration: migration::MigrationConfig,
 }
 
+#[cfg(test)]
+impl FsConfig {
+    /// The unit tests' share: `dir` with the given inode mode, 1 s timeouts, a budget of 1,000
+    /// fds and every option at its default.
+    pub(crate) fn for_tests(dir: &std::path::Path, inode_file_handles: InodeFileHandles) -> Self {
+        FsConfig {
+            shared_dir: dir.to_path_buf(),
+            inode_file_handles,
+            entry_timeout: Duration::from_secs(1),
+            attr_timeout: Duration::from_secs(1),
+            direct_io: false,
+            allow_direct_io: false,
+            preserve_noatime: false,
+            keep_cache: false,
+            readonly: false,
+            xattr: false,
+            xattrmap: None,
+            ids: Default::default(),
+            announce_submounts: false,
+            fd_budget: 1000,
+            fd_cache_size: fd_cache::DEFAULT_SIZE,
+            migration: Default::default(),
+        }
+    }
+}
+
 /// What [`PassthroughFs::gauges`] reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FsGauges {

@@ -11,25 +11,7 @@ use crate::passthrough::{Context, FsConfig, InodeFileHandles, PassthroughFs};
 use crate::temp_dir::TempDir;
 
 fn fs_on(dir: &TempDir, handles: InodeFileHandles) -> PassthroughFs {
-    PassthroughFs::new(FsConfig {
-        shared_dir: dir.path().to_path_buf(),
-        inode_file_handles: handles,
-        entry_timeout: std::time::Duration::from_secs(1),
-        attr_timeout: std::time::Duration::from_secs(1),
-        direct_io: false,
-        allow_direct_io: false,
-        preserve_noatime: false,
-        keep_cache: false,
-        readonly: false,
-        xattr: false,
-        announce_submounts: false,
-        fd_budget: 1000,
-        xattrmap: None,
-        ids: Default::default(),
-        fd_cache_size: crate::passthrough::fd_cache::DEFAULT_SIZE,
-        migration: MigrationConfig::default(),
-    })
-    .unwrap()
+    PassthroughFs::new(FsConfig::for_tests(dir.path(), handles)).unwrap()
 }
 
 #[test]
