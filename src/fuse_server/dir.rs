@@ -4,8 +4,8 @@
 use std::io::{self, Write};
 use std::mem::size_of;
 
+use super::chain::{Reader, Writer};
 use fuse_backend_rs::abi::fuse_abi::{Dirent, Direntplus, EntryOut, ReadIn};
-use fuse_backend_rs::transport::{Reader, Writer};
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 

@@ -4,11 +4,11 @@
 use std::fs::File;
 use std::io::{self, ErrorKind};
 
+use super::chain::{Reader, Writer};
 use fuse_backend_rs::abi::fuse_abi::{
     CopyFileRangeIn, CreateIn, FallocateIn, FlushIn, FsyncIn, LseekIn, LseekOut, OpenIn, OpenOut,
     ReadIn, ReleaseIn, WriteIn, WriteOut,
 };
-use fuse_backend_rs::transport::{Reader, Writer};
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 
@@ -75,7 +75,7 @@ pub(super) fn read_file_into<S: BitmapSlice>(
     size: usize,
     offset: u64,
 ) -> io::Result<usize> {
-    transfer(size, offset, |n, off| data.write_from_at(&mut *f, n, off))
+    transfer(size, offset, |n, off| data.write_from_at(f, n, off))
 }
 
 /// Writes `size` bytes from the guest buffers of `r` straight into `f` at `offset` (pwritev).
@@ -86,7 +86,7 @@ pub(super) fn write_file_from<S: BitmapSlice>(
     size: usize,
     offset: u64,
 ) -> io::Result<usize> {
-    transfer(size, offset, |n, off| r.read_to_at(&mut *f, n, off))
+    transfer(size, offset, |n, off| r.read_to_at(f, n, off))
 }
 
 impl FuseServer {

@@ -3,7 +3,7 @@
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 
-use fuse_backend_rs::transport::{Reader, Writer};
+use super::chain::{Reader, Writer};
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 

@@ -1,10 +1,11 @@
 //! The FUSE request dispatcher: parses one request from a virtio descriptor chain, calls
 //! [`PassthroughFs`] and writes the reply into the chain's device-writable buffers.
 //!
-//! Only the ABI structs and the descriptor-chain `Reader`/`Writer` come from fuse-backend-rs;
-//! opcodes are matched here with a checked `match` on the raw number.
+//! Only the ABI structs come from fuse-backend-rs; the descriptor-chain `Reader`/`Writer` are
+//! ours ([`chain`]); opcodes are matched here with a checked `match` on the raw number.
 
 pub mod abi;
+mod chain;
 mod dir;
 mod ext;
 mod file;
@@ -18,11 +19,11 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fuse_backend_rs::transport::{Reader, VirtioFsWriter, Writer};
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::{ByteValued, GuestMemory};
 
 use abi::*;
+use chain::{Reader, Writer};
 use reply::{einval, errno_of};
 
 use crate::metrics::requests::{RequestMetrics, RequestSnapshot};
@@ -126,24 +127,13 @@ impl<'a> Request<'a, ()> {
         M: Deref + Clone,
         M::Target: GuestMemory + Sized,
     {
-        let reader = match Reader::from_descriptor_chain(mem, chain.clone()) {
-            Ok(r) => r,
+        match chain::split(mem, chain) {
+            Ok((reader, writer)) => Some(Request { reader, writer }),
             Err(e) => {
-                log::warn!("bad descriptor chain (readable part): {e}");
-                return None;
+                log::warn!("bad descriptor chain: {e}");
+                None
             }
-        };
-        let writer = match VirtioFsWriter::new(mem, chain) {
-            Ok(w) => w,
-            Err(e) => {
-                log::warn!("bad descriptor chain (writable part): {e}");
-                return None;
-            }
-        };
-        Some(Request {
-            reader,
-            writer: writer.into(),
-        })
+        }
     }
 }
 
@@ -512,6 +502,8 @@ impl FuseServer {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_chain;
 #[cfg(test)]
 mod tests_io;
 #[cfg(test)]

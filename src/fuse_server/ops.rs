@@ -4,11 +4,11 @@ use std::ffi::CStr;
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 
+use super::chain::{Reader, Writer};
 use fuse_backend_rs::abi::fuse_abi::{
     AccessIn, BatchForgetIn, ForgetIn, ForgetOne, GetattrIn, GetxattrIn, GetxattrOut, Kstatfs,
     LinkIn, MkdirIn, MknodIn, Rename2In, RenameIn, SetattrIn, SetxattrIn, StatfsOut,
 };
-use fuse_backend_rs::transport::{Reader, Writer};
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::ByteValued;
 

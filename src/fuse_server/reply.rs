@@ -5,8 +5,8 @@ use std::io::{self, Write};
 use std::mem::size_of;
 use std::time::Duration;
 
+use super::chain::Writer;
 use fuse_backend_rs::abi::fuse_abi::{Attr as FuseAttr, AttrOut, EntryOut, OutHeader};
-use fuse_backend_rs::transport::Writer;
 use vm_memory::bitmap::BitmapSlice;
 
 use super::abi::{Statx, SxTime};

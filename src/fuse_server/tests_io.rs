@@ -5,10 +5,10 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 
 use fuse_backend_rs::abi::fuse_abi as fa;
-use fuse_backend_rs::transport::{Reader, VirtioFsWriter, Writer};
 use virtio_queue::QueueT;
 use vm_memory::{ByteValued, GuestAddress, GuestMemoryMmap};
 
+use super::chain;
 use super::dir::{dirent_size, DirentSink};
 use super::file::{read_file_into, write_file_from};
 use super::tests::{lay_out, publish, read_back, VhostMem, MEM_SIZE};
@@ -50,7 +50,7 @@ fn read_goes_from_file_into_guest_buffers() {
     let writable = [16 + 100, 5000, 20000];
     let mut q = publish(&mem, &lay_out(&mem, &[&[0; 40]], &writable));
     let chain = q.pop_descriptor_chain(&mem).unwrap();
-    let mut w: Writer<_> = VirtioFsWriter::new(&mem, chain).unwrap().into();
+    let (_, mut w) = chain::split(&mem, chain).unwrap();
     let mut data = w.split_at(16).unwrap();
     assert_eq!(
         read_file_into(&mut data, &mut file.1, 12000, 1000).unwrap(),
@@ -66,7 +66,7 @@ fn read_goes_from_file_into_guest_buffers() {
     // Short read at end of file.
     let mut q = publish(&mem, &lay_out(&mem, &[&[0; 40]], &writable));
     let chain = q.pop_descriptor_chain(&mem).unwrap();
-    let mut w: Writer<_> = VirtioFsWriter::new(&mem, chain).unwrap().into();
+    let (_, mut w) = chain::split(&mem, chain).unwrap();
     let mut data = w.split_at(16).unwrap();
     assert_eq!(
         read_file_into(&mut data, &mut file.1, 5000, 18000).unwrap(),
@@ -87,7 +87,7 @@ fn write_goes_from_guest_buffers_into_file() {
     let readable: [&[u8]; 3] = [&[0; 80], &data[..30001], &data[30001..]];
     let mut q = publish(&mem, &lay_out(&mem, &readable, &[16]));
     let chain = q.pop_descriptor_chain(&mem).unwrap();
-    let mut r = Reader::from_descriptor_chain(&mem, chain).unwrap();
+    let (mut r, _) = chain::split(&mem, chain).unwrap();
     let mut prefix = [0u8; 80];
     r.read_exact(&mut prefix).unwrap();
     assert_eq!(
@@ -110,7 +110,7 @@ fn readdir_records_fill_guest_buffers() {
     for plus in [false, true] {
         let mut q = publish(&mem, &lay_out(&mem, &[&[0; 40]], &writable));
         let chain = q.pop_descriptor_chain(&mem).unwrap();
-        let mut w: Writer<_> = VirtioFsWriter::new(&mem, chain).unwrap().into();
+        let (_, mut w) = chain::split(&mem, chain).unwrap();
         let mut data = w.split_at(16).unwrap();
         // Room for exactly three records of 5-byte names.
         let size = 3 * dirent_size(5, plus) + 7;
