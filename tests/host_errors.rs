@@ -283,3 +283,60 @@ fn file_replaced_on_the_host_is_a_new_node() {
         assert!(s.daemon.is_alive(), "{mode}");
     }
 }
+
+#[test]
+fn a_held_name_looked_up_again_follows_the_host() {
+    // The guest holds a node and looks its name up again and again (with handles, after a few
+    // such lookups answered from the name's statx and handle, without opening it): whatever
+    // the host did to the name in between shows. Without the fd cache no fd of the daemon
+    // keeps a deleted file's inode number from being reused.
+    let modes = [
+        &HANDLE_MODES[..],
+        &["--inode-file-handles=prefer --fd-cache-size=0"],
+    ]
+    .concat();
+    for mode in modes {
+        let s = Session::start(&mode.split(' ').collect::<Vec<_>>());
+        let c = &s.client;
+        let f = s.shared.join("f");
+        fs::write(&f, b"one").unwrap();
+        let a = c.lookup(ROOT, "f").unwrap();
+        for _ in 0..5 {
+            assert_eq!(c.lookup(ROOT, "f").unwrap().nodeid, a.nodeid, "{mode}");
+        }
+        // Another file renamed over the name: its own node, with its attributes.
+        fs::write(s.shared.join("g"), b"two!").unwrap();
+        fs::rename(s.shared.join("g"), &f).unwrap();
+        let b = c.lookup(ROOT, "f").unwrap();
+        assert_ne!(b.nodeid, a.nodeid, "{mode}");
+        let ino = fs::metadata(&f).unwrap().ino();
+        assert_eq!((b.attr.ino, b.attr.size), (ino, 4), "{mode}");
+        assert_eq!(c.lookup(ROOT, "f").unwrap().nodeid, b.nodeid, "{mode}");
+        // Deleted, and a new file of the name (ext4 gives it the deleted inode's number at
+        // once): a new node, not the held one of the same number.
+        fs::remove_file(&f).unwrap();
+        assert_eq!(c.lookup(ROOT, "f").err(), Some(libc::ENOENT), "{mode}");
+        fs::write(&f, b"three").unwrap();
+        let n = c.lookup(ROOT, "f").unwrap();
+        assert_ne!(
+            n.nodeid, b.nodeid,
+            "{mode}: inode {ino} again? {}",
+            n.attr.ino
+        );
+        assert_eq!(n.attr.size, 5, "{mode}");
+        assert_eq!(c.lookup(ROOT, "f").unwrap().nodeid, n.nodeid, "{mode}");
+        // A symlink in its place: the symlink's node, not what it points to.
+        fs::remove_file(&f).unwrap();
+        std::os::unix::fs::symlink("/etc", &f).unwrap();
+        let l = c.lookup(ROOT, "f").unwrap();
+        assert_eq!(l.attr.mode & libc::S_IFMT, libc::S_IFLNK, "{mode}");
+        assert_eq!(c.lookup(ROOT, "f").unwrap().nodeid, l.nodeid, "{mode}");
+        // Every lookup counted once: each node dies at its last FORGET.
+        for (node, lookups) in [(a.nodeid, 6), (b.nodeid, 2), (n.nodeid, 2), (l.nodeid, 2)] {
+            c.forget(node, lookups - 1);
+            assert_ne!(c.getattr(node, None).err(), Some(libc::EBADF), "{mode}");
+            c.forget(node, 1);
+            assert_eq!(c.getattr(node, None).err(), Some(libc::EBADF), "{mode}");
+        }
+    }
+}

@@ -29,6 +29,7 @@ mod inode_index;
 mod inode_table;
 mod killpriv;
 mod labels;
+mod lookups;
 pub mod migration;
 mod setattr;
 pub(crate) mod sys;
