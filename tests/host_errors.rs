@@ -340,3 +340,62 @@ fn a_held_name_looked_up_again_follows_the_host() {
         }
     }
 }
+
+/// The entries of one READDIRPLUS of the root: name → (node ID, inode number), without `.`
+/// and `..` (which carry no entry).
+fn listing(c: &common::FuseClient) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let dh = c.opendir(ROOT, 0).unwrap();
+    let all = c.readdirplus(ROOT, dh.fh, 0, 64 * KIB as u32).unwrap();
+    c.releasedir(ROOT, dh.fh).unwrap();
+    all.into_iter()
+        .filter(|p| p.entry.nodeid != 0)
+        .map(|p| {
+            let name = String::from_utf8(p.dirent.name).unwrap();
+            (name, (p.entry.nodeid, p.entry.attr.ino))
+        })
+        .collect()
+}
+
+#[test]
+fn a_listing_of_held_names_follows_the_host() {
+    // READDIRPLUS of names whose inodes the guest holds (with handles, answered from each
+    // name's statx and handle): the held nodes, each lookup counted; and a name the host
+    // deleted and made again (ext4 reuses the number at once) gets a new node.
+    let modes = [
+        &HANDLE_MODES[..],
+        &["--inode-file-handles=prefer --fd-cache-size=0"],
+    ]
+    .concat();
+    for mode in modes {
+        let s = Session::start(&mode.split(' ').collect::<Vec<_>>());
+        let c = &s.client;
+        let names = ["f0", "f1", "f2"];
+        for n in names {
+            fs::write(s.shared.join(n), n).unwrap();
+        }
+        let held: Vec<u64> = names
+            .iter()
+            .map(|n| c.lookup(ROOT, n).unwrap().nodeid)
+            .collect();
+        let first = listing(c);
+        for (n, id) in names.iter().zip(&held) {
+            assert_eq!(first[*n].0, *id, "{mode}: {n}");
+        }
+        fs::remove_file(s.shared.join("f1")).unwrap();
+        fs::write(s.shared.join("f1"), b"new").unwrap();
+        let ino = fs::metadata(s.shared.join("f1")).unwrap().ino();
+        let second = listing(c);
+        assert_eq!(
+            (second["f0"].0, second["f2"].0),
+            (held[0], held[2]),
+            "{mode}"
+        );
+        assert_ne!(second["f1"].0, held[1], "{mode}: inode {ino}");
+        assert_eq!(second["f1"].1, ino, "{mode}");
+        // f0: one LOOKUP and two listings.
+        c.forget(held[0], 2);
+        assert_ne!(c.getattr(held[0], None).err(), Some(libc::EBADF), "{mode}");
+        c.forget(held[0], 1);
+        assert_eq!(c.getattr(held[0], None).err(), Some(libc::EBADF), "{mode}");
+    }
+}

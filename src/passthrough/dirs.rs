@@ -95,7 +95,7 @@ impl PassthroughFs {
             let name = &name_field[..name_len];
             let entry = if plus && name != b"." && name != b".." {
                 let cname = CStr::from_bytes_until_nul(name_field).map_err(|_| err(libc::EIO))?;
-                match self.lookup_at(&dir_inode, dirfd, cname) {
+                match self.lookup_listed(&dir_inode, dirfd, cname, ino) {
                     Ok(e) => Some(e),
                     Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                         // Gone since getdents: skip it.

@@ -263,6 +263,30 @@ impl PassthroughFs {
         Ok(e)
     }
 
+    /// The lookup READDIRPLUS makes of the entry `name`, inode number `ino` (from getdents), in
+    /// `parent` (open as `dir`): by [`PassthroughFs::lookup_known`] when the guest holds an inode
+    /// of that number on the directory's device and mount (a listing of names already looked
+    /// up, `ls -l` again), else by fd. The number only picks the path; the answer's identity
+    /// comes from the name as for LOOKUP.
+    pub(super) fn lookup_listed(
+        &self,
+        parent: &Inode,
+        dir: BorrowedFd,
+        name: &CStr,
+        ino: u64,
+    ) -> io::Result<Entry> {
+        let guess = InodeKey { ino, ..parent.key };
+        if self.cfg.inode_file_handles != InodeFileHandles::Never
+            && self.inodes.id_of(&guess).is_some()
+        {
+            let st = sys::statx(dir, name, 0, sys::STATX_WANTED)?;
+            if let Some(e) = self.lookup_known(parent, dir, name, st)? {
+                return Ok(e);
+            }
+        }
+        self.lookup_at(parent, dir, name)
+    }
+
     /// A LOOKUP of a name whose inode the guest already holds by file handle, answered without
     /// opening the name (`statx` and `name_to_handle_at` of it, where a lookup by an opened fd
     /// makes four syscalls; tried when [`known_streak`] expects such a name, since for a new
