@@ -19,6 +19,13 @@ use common::{Mount, Session};
 
 const KIB: usize = 1 << 10;
 const HANDLE_MODES: [&str; 2] = ["--inode-file-handles=never", "--inode-file-handles=prefer"];
+/// Both modes, and `prefer` without the fd cache: then no fd of the daemon keeps a deleted
+/// file's inode number from being reused (ext4 reuses it at once).
+const REUSE_MODES: [&[&str]; 3] = [
+    &["--inode-file-handles=never"],
+    &["--inode-file-handles=prefer"],
+    &["--inode-file-handles=prefer", "--fd-cache-size=0"],
+];
 
 /// WRITEs of 64 KiB at increasing offsets until one fails; returns the bytes written and the
 /// error.
@@ -288,15 +295,10 @@ fn file_replaced_on_the_host_is_a_new_node() {
 fn a_held_name_looked_up_again_follows_the_host() {
     // The guest holds a node and looks its name up again and again (with handles, after a few
     // such lookups answered from the name's statx and handle, without opening it): whatever
-    // the host did to the name in between shows. Without the fd cache no fd of the daemon
-    // keeps a deleted file's inode number from being reused.
-    let modes = [
-        &HANDLE_MODES[..],
-        &["--inode-file-handles=prefer --fd-cache-size=0"],
-    ]
-    .concat();
-    for mode in modes {
-        let s = Session::start(&mode.split(' ').collect::<Vec<_>>());
+    // the host did to the name in between shows.
+    for args in REUSE_MODES {
+        let s = Session::start(args);
+        let mode = args.join(" ");
         let c = &s.client;
         let f = s.shared.join("f");
         fs::write(&f, b"one").unwrap();
@@ -361,13 +363,9 @@ fn a_listing_of_held_names_follows_the_host() {
     // READDIRPLUS of names whose inodes the guest holds (with handles, answered from each
     // name's statx and handle): the held nodes, each lookup counted; and a name the host
     // deleted and made again (ext4 reuses the number at once) gets a new node.
-    let modes = [
-        &HANDLE_MODES[..],
-        &["--inode-file-handles=prefer --fd-cache-size=0"],
-    ]
-    .concat();
-    for mode in modes {
-        let s = Session::start(&mode.split(' ').collect::<Vec<_>>());
+    for args in REUSE_MODES {
+        let s = Session::start(args);
+        let mode = args.join(" ");
         let c = &s.client;
         let names = ["f0", "f1", "f2"];
         for n in names {
