@@ -157,8 +157,9 @@ impl<'a, B: BitmapSlice> Buffers<'a, B> {
     }
 }
 
-/// Adds the `len` bytes at `addr` of `mem` to `bufs`. A buffer outside guest memory or across
-/// a region boundary is an error (as in fuse-backend-rs and virtiofsd: the chain is dropped).
+/// Adds the `len` bytes at `addr` of `mem` to `bufs`. A buffer outside guest memory (even an
+/// empty one) or across a region boundary is an error (as in fuse-backend-rs and virtiofsd:
+/// the chain is dropped).
 fn add<'a, M: GuestMemory>(
     bufs: &mut Buffers<'a, MS<'a, M>>,
     mem: &'a M,
@@ -166,7 +167,15 @@ fn add<'a, M: GuestMemory>(
     len: usize,
 ) -> io::Result<()> {
     if len == 0 {
-        return Ok(());
+        // Nothing to keep, but its address must still be guest memory (as fuse-backend-rs's
+        // region lookup had it, and the fuzz corpus checks).
+        return match mem.address_in_range(addr) {
+            true => Ok(()),
+            false => Err(io::Error::other(format!(
+                "empty buffer at {:#x}, outside guest memory",
+                addr.0
+            ))),
+        };
     }
     bufs.avail = bufs
         .avail

@@ -159,4 +159,12 @@ fn a_buffer_outside_guest_memory_refuses_the_chain() {
     ];
     let mut q = publish(&mem, &descs);
     assert!(chain::split(&mem, q.pop_descriptor_chain(&mem).unwrap()).is_err());
+    // An empty buffer outside guest memory too: it holds nothing, but names no memory.
+    let descs = [
+        Desc::readable(0x10_0000, 40),
+        Desc::writable(MEM_SIZE as u64 + 4096, 0),
+        Desc::writable(WRITE_BASE, 64),
+    ];
+    let mut q = publish(&mem, &descs);
+    assert!(chain::split(&mem, q.pop_descriptor_chain(&mem).unwrap()).is_err());
 }
