@@ -26,6 +26,8 @@ use vm_memory::bitmap::{BitmapSlice, MS};
 use vm_memory::volatile_memory::PtrGuardMut;
 use vm_memory::{GuestAddress, GuestMemory, VolatileSlice};
 
+use super::reply::einval;
+
 /// Slices per side kept inline. The Linux driver sends a small request as two readable
 /// buffers (header, arguments) and two writable ones (header, reply); a 4 KiB READ or WRITE
 /// adds one page.
@@ -37,10 +39,6 @@ const INLINE_IOV: usize = 8;
 
 /// Most `iovec`s one call takes (`IOV_MAX`); a longer transfer is short and goes on.
 const IOV_MAX: usize = 1024;
-
-fn einval() -> io::Error {
-    io::Error::from_raw_os_error(libc::EINVAL)
-}
 
 /// One side of a chain: its buffers in guest memory and how far they are consumed.
 struct Buffers<'a, B> {
