@@ -2,7 +2,8 @@
 //! and the corpus replay test (`tests/fuzz_corpus.rs`), so both run the same code path.
 //!
 //! An input is a list of chains; each one is published on a fresh split queue in real guest
-//! memory (`GuestMemoryMmap<()>`, as the device uses) and served by
+//! memory (`GuestMemoryMmap<()>`, as the device uses), walked as the device walks it
+//! (`fuse_server::descriptors::Walk`, checked against virtio-queue's iterator) and served by
 //! `FuseServer::handle_chain` over a `PassthroughFs` of a scratch share. Format of one chain:
 //!
 //! ```text
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vhostfs::fuse_server::abi::*;
+use vhostfs::fuse_server::descriptors::{Table, Walk};
 use vhostfs::fuse_server::{FuseServer, ServerOptions};
 use vhostfs::passthrough::InodeFileHandles;
 use vhostfs::passthrough::{FsConfig, PassthroughFs};
@@ -473,6 +475,22 @@ impl Harness {
         write_table(mem, INDIRECT_TABLE, &indirect);
         let mut q = desc_table::queue(mem);
         let chain = q.pop_descriptor_chain(guard.clone())?;
+        // The device walks chains with its own descriptor walk: it must see what virtio-queue's
+        // iterator sees, on every chain the fuzzer makes.
+        let table = Table::resolve(mem, GuestAddress(DESC_TABLE), desc_table::QUEUE_SIZE);
+        let walk = Walk::new(mem, table, chain.head_index());
+        let walked: Vec<_> = walk
+            .clone()
+            .map(|d| (d.addr(), d.len(), d.flags(), d.next()))
+            .collect();
+        let iterated: Vec<_> = chain
+            .clone()
+            .map(|d| (d.addr(), d.len(), d.flags(), d.next()))
+            .collect();
+        assert_eq!(
+            walked, iterated,
+            "the descriptor walk differs from virtio-queue's"
+        );
 
         let readable: Vec<_> = chain.clone().readable().collect();
         let writable: Vec<_> = chain.clone().writable().collect();
@@ -483,7 +501,7 @@ impl Harness {
             Vec::new()
         };
 
-        let used = self.server.handle_chain(mem, chain);
+        let used = self.server.handle_chain(mem, walk);
 
         if !ok {
             assert_eq!(used, 0, "a chain outside guest memory was answered");

@@ -6,6 +6,7 @@
 
 pub mod abi;
 mod chain;
+pub mod descriptors;
 mod dir;
 mod ext;
 mod file;
@@ -15,7 +16,6 @@ mod ops;
 mod reply;
 
 use std::io::{self, Read};
-use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -117,17 +117,15 @@ pub struct Request<'a, S: BitmapSlice> {
 }
 
 impl<'a> Request<'a, ()> {
-    /// The request in `chain`, or `None` (logged) for a chain whose buffers are not in guest
-    /// memory or whose lengths overflow: it gets no reply (its used length is 0).
-    pub fn of_chain<M>(
-        mem: &'a M::Target,
-        chain: virtio_queue::DescriptorChain<M>,
-    ) -> Option<Request<'a, vm_memory::bitmap::MS<'a, M::Target>>>
-    where
-        M: Deref + Clone,
-        M::Target: GuestMemory + Sized,
-    {
-        match chain::split(mem, chain) {
+    /// The request made of `descs` (a chain's descriptors in chain order: a
+    /// `virtio_queue::DescriptorChain` or a [`descriptors::Walk`]), or `None` (logged) for a
+    /// chain whose buffers are not in guest memory or whose lengths overflow: it gets no reply
+    /// (its used length is 0).
+    pub fn of_chain<M: GuestMemory>(
+        mem: &'a M,
+        descs: impl IntoIterator<Item = virtio_queue::desc::split::Descriptor>,
+    ) -> Option<Request<'a, vm_memory::bitmap::MS<'a, M>>> {
+        match chain::split(mem, descs) {
             Ok((reader, writer)) => Some(Request { reader, writer }),
             Err(e) => {
                 log::warn!("bad descriptor chain: {e}");
@@ -235,12 +233,13 @@ impl FuseServer {
     /// device-writable part (the used length to put in the used ring). Never panics, whatever
     /// the chain contains; on malformed input replies with an errno if a reply header fits,
     /// else returns 0. Requests that take no reply (FORGET, BATCH_FORGET, INTERRUPT) return 0.
-    pub fn handle_chain<M>(&self, mem: &M::Target, chain: virtio_queue::DescriptorChain<M>) -> u32
-    where
-        M: Deref + Clone,
-        M::Target: GuestMemory + Sized,
-    {
-        Request::of_chain(mem, chain).map_or(0, |r| self.serve_request(r))
+    /// `descs` as [`Request::of_chain`] takes them.
+    pub fn handle_chain<M: GuestMemory>(
+        &self,
+        mem: &M,
+        descs: impl IntoIterator<Item = virtio_queue::desc::split::Descriptor>,
+    ) -> u32 {
+        Request::of_chain(mem, descs).map_or(0, |r| self.serve_request(r))
     }
 
     /// Handles a request taken from its chain (see [`FuseServer::handle_chain`]).

@@ -9,10 +9,11 @@ use std::sync::OnceLock;
 
 use vhost_user_backend::VringT;
 use virtio_queue::QueueT;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
+use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
 use super::ring::{add_used, notify, waiting};
 use super::{GuestMemory, VhostFsBackend, Vring};
+use crate::fuse_server::descriptors::{Table, Walk};
 use crate::fuse_server::Request;
 use crate::stall_watch::TICK;
 
@@ -118,6 +119,9 @@ impl VhostFsBackend {
         // no chain popped (the queue was found empty, paused or stopped): a stop that sees no
         // chain in flight sees every used entry notified.
         let mut unsignalled = 0u16;
+        // The queue's descriptor table, resolved in `mem` at the first pop and again only if
+        // the frontend has moved or resized it since (SET_VRING_ADDR, SET_VRING_NUM).
+        let mut table: Option<Table<GuestMemory>> = None;
         loop {
             let chain = {
                 let mut state = vring.get_mut();
@@ -146,12 +150,20 @@ impl VhostFsBackend {
                     }
                     return Ok(());
                 }
-                let chain = match queued {
+                let head = match queued {
                     0 => None,
-                    _ => Some(q.pop_descriptor_chain(mem.clone()).ok_or_else(|| {
-                        io::Error::other("the guest's available ring cannot be read")
-                    })?),
+                    _ => Some(
+                        q.pop_descriptor_chain(&*mem)
+                            .ok_or_else(|| {
+                                io::Error::other("the guest's available ring cannot be read")
+                            })?
+                            .head_index(),
+                    ),
                 };
+                let (at, size) = (GuestAddress(q.desc_table()), q.size());
+                if head.is_some() && !table.as_ref().is_some_and(|t| t.is(at, size)) {
+                    table = Some(Table::resolve(&*mem, at, size));
+                }
                 // The chains behind the one popped, from the avail index `waiting` just read.
                 let backlog = queued.saturating_sub(1);
                 gauges.set_depth(queue, backlog);
@@ -161,13 +173,15 @@ impl VhostFsBackend {
                     notify(&mut state, &mem, event_idx)?;
                     unsignalled = 0;
                 }
-                (chain, backlog, in_flight)
+                (head, backlog, in_flight)
             };
-            let (chain, backlog, in_flight) = chain;
-            let Some(chain) = chain else { return Ok(()) };
-            let head = chain.head_index();
+            let (head, backlog, in_flight) = chain;
+            let (Some(head), Some(table)) = (head, &table) else {
+                return Ok(());
+            };
             // A chain that is no request is answered with nothing (used length 0).
-            let Some(request) = Request::of_chain(&*mem, chain) else {
+            let Some(request) = Request::of_chain(&*mem, Walk::new(&*mem, table.clone(), head))
+            else {
                 served = Some((head, 0, false, in_flight));
                 continue;
             };
