@@ -34,8 +34,6 @@
 //! - Locks: one mutex per shard, held for a hash-map update or one shard's sweep, never across
 //!   a syscall; replaced, swept and shed fds are closed after the lock is released.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -44,6 +42,7 @@ use std::time::Duration;
 
 use super::fd_budget::{FdBudget, FdToken};
 use super::inode_table::SHARD_BITS;
+use super::own_ids::OwnIdMap;
 use crate::metrics::striped::Striped;
 use crate::sync::lock;
 
@@ -69,36 +68,10 @@ struct Cached {
     _token: FdToken,
 }
 
-/// Hashes a node ID with one multiply instead of SipHash (two lookups per request on an
-/// inode, LOOKUP and GETATTR among them): node IDs are the daemon's own numbers (slot, epoch
-/// and shard bits, see `inode_table`), not the guest's choice, so no guest can aim keys at
-/// one bucket.
-#[derive(Default)]
-struct NodeIdHasher(u64);
-
-impl Hasher for NodeIdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        // Fibonacci hashing: the product's high bits depend on every bit of the key.
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    /// The product with its high bits folded into the low ones (the map's bucket index) and
-    /// its top bits (the map's control byte) as they are.
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 29)
-    }
-}
-
 #[derive(Default)]
 struct Shard {
     /// Node ID → index in `slots`.
-    index: HashMap<u64, usize, BuildHasherDefault<NodeIdHasher>>,
+    index: OwnIdMap<usize>,
     slots: Vec<Cached>,
     /// xorshift state for picking a victim.
     rng: u64,

@@ -10,13 +10,14 @@
 //! *lost*: every request on it fails with `EIO` until the guest releases it.
 
 use crate::sync::lock;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::fd_budget::FdToken;
+use super::own_ids::OwnIdMap;
 
 const SHARDS: usize = 16;
 
@@ -57,7 +58,7 @@ impl OpenFile {
 /// One shard, and its count readable without its lock (for the metrics).
 #[derive(Default)]
 struct Shard {
-    map: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    map: Mutex<OwnIdMap<Arc<OpenFile>>>,
     /// `map.len()`, stored under the lock by every change.
     held: AtomicUsize,
 }

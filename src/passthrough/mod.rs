@@ -31,6 +31,7 @@ mod killpriv;
 mod labels;
 mod lookups;
 pub mod migration;
+mod own_ids;
 mod setattr;
 pub(crate) mod sys;
 mod writeback;
