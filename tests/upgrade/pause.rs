@@ -9,7 +9,8 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use super::common::hold::{hold_many, PER_DIR};
-use super::{alive, pid_in_file, start_logged, Upgradable, LOG};
+use super::processes::{alive, pid_in_file};
+use super::{start_logged, Upgradable, LOG};
 
 /// Inodes the guest holds.
 const HELD: usize = 10_000;
