@@ -16,7 +16,12 @@ RUNTIME=10 SIZE=256M FILES=10000 JOBS="seqread meta"
 W=$M/work
 rc=0
 
-now() { cut -d' ' -f1 /proc/uptime; }
+# Seconds since boot: the monotonic clock in /proc/timer_list (nanoseconds), or /proc/uptime
+# where there is none (10 ms steps: a 0.12 s readdir read 0.12 or 0.13).
+now() {
+  awk '/^now at/ { printf "%.6f\n", $3 / 1e9; found = 1; exit } END { exit !found }' \
+    /proc/timer_list 2> /dev/null || cut -d' ' -f1 /proc/uptime
+}
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 result() { echo "BENCH-RESULT $1 $2 $3"; }

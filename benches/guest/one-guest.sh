@@ -19,7 +19,8 @@
 # Daemons: NAME=CMD (CMD split on whitespace; `--socket-path` and `--shared-dir` are appended),
 # @QUEUES the device's request queues (default 1). Default: vhostfs (target/release or $VHOSTFS)
 # with 1 queue, then virtiofsd 1.14 (--sandbox=none). Options: --rounds (5), --files (10000),
-# --cu-files (1000), --cu-rounds (3), --kernel (6.12; 6.1: see run.sh), --pin CPU (each device's
+# --cu-files (1000), --cu-rounds (as many as --rounds: every row of the table has as many
+# rounds; it was 3), --kernel (6.12; 6.1: see run.sh), --pin CPU (each device's
 # jobs run on the vCPU its request interrupt is delivered to: with 1 queue, whether the reply's
 # interrupt and the waiting process share a vCPU otherwise changes a one-request-at-a-time job by
 # up to ~3x under TCG, at the guest scheduler's whim; a 6.1 guest's vectors are first moved to
@@ -30,7 +31,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-rounds=5 files=10000 cu_files=1000 cu_rounds=3 kernel=6.12 pin='' logdir='' specs=()
+rounds=5 files=10000 cu_files=1000 cu_rounds='' kernel=6.12 pin='' logdir='' specs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -46,6 +47,7 @@ while [ $# -gt 0 ]; do
     *) specs+=("$1"); shift ;;
   esac
 done
+cu_rounds=${cu_rounds:-$rounds}
 log() { echo "one-guest: $*" >&2; }
 virtiofsd=${VIRTIOFSD:-$(command -v virtiofsd || echo "$HOME/.cargo/bin/virtiofsd")}
 if [ ${#specs[@]} -eq 0 ]; then
