@@ -123,7 +123,7 @@ impl VhostFsBackend {
         // the frontend has moved or resized it since (SET_VRING_ADDR, SET_VRING_NUM).
         let mut table: Option<Table<GuestMemory>> = None;
         loop {
-            let chain = {
+            let popped = {
                 let mut state = vring.get_mut();
                 // The chain served last counts as in flight until its used entry is in and the
                 // guest notified (what a stop waits for, `vring::wait_served`): its count goes
@@ -175,7 +175,7 @@ impl VhostFsBackend {
                 }
                 (head, backlog, in_flight)
             };
-            let (head, backlog, in_flight) = chain;
+            let (head, backlog, in_flight) = popped;
             let (Some(head), Some(table)) = (head, &table) else {
                 return Ok(());
             };
