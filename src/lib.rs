@@ -19,3 +19,8 @@ pub mod worker_pool;
 #[cfg(test)]
 #[path = "../tests/common/temp_dir.rs"]
 mod temp_dir;
+// The generator's whole API, which the integration tests use more of.
+#[cfg(test)]
+#[path = "../tests/common/rng.rs"]
+#[allow(dead_code)]
+mod test_rng;

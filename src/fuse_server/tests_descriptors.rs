@@ -8,6 +8,7 @@ use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::{Table, Walk};
+use crate::test_rng::Rng;
 
 type Mem = GuestMemoryMmap<()>;
 
@@ -24,22 +25,6 @@ fn memory() -> Mem {
         (GuestAddress(REGION), REGION as usize),
     ])
     .unwrap()
-}
-
-/// xorshift64*: reproducible, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 fn write_desc(mem: &Mem, at: u64, addr: u64, len: u32, flags: u16, next: u16) {

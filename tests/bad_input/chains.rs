@@ -1,5 +1,6 @@
 //! Broken descriptor chains and random requests.
 
+use super::common::rng::Rng;
 use super::harness::*;
 
 #[test]
@@ -275,36 +276,6 @@ fn broken_descriptor_chains() {
     }
     s.assert_serving("opens without reply space");
     s.finish("descriptor chains");
-}
-
-/// xorshift64* (Vigna): a small, seeded, reproducible PRNG.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
 }
 
 #[test]

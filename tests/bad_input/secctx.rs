@@ -3,22 +3,8 @@
 //! nodes that are no directory. Every request gets a reply; no fd, staging directory or node is
 //! left behind by a refused creation.
 
+use super::common::rng::Rng;
 use super::harness::*;
-
-/// xorshift64*: reproducible from the seed printed on failure.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The body (without extension) of a creating `opcode` making `name`.
 fn body(opcode: u32, name: &str) -> Vec<u8> {
@@ -41,7 +27,7 @@ fn malformed_security_contexts() {
     let mut s = Setup::with_args(&["--security-label"]);
     assert_ne!(s.client.flags() & FUSE_SECURITY_CTX, 0);
     let seed = 0x5ecc_7a11_u64 ^ u64::from(std::process::id());
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let good = secctx(b"security.selinux", b"system_u:object_r:tmp_t:s0\0");
     let ops = [
         FUSE_CREATE,

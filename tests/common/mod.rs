@@ -13,6 +13,7 @@ pub mod fuse_client;
 pub mod guest_memory;
 pub mod hold;
 pub mod mount;
+pub mod rng;
 pub mod session;
 pub mod smoke;
 pub mod temp_dir;

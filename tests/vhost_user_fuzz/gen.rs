@@ -2,33 +2,7 @@
 //! started rings of garbage), then random, mutated and bogus messages, described abstractly
 //! (fds by kind, guest memory by seed) so that a failing attempt prints short.
 
-/// xorshift64*: deterministic, seedable, fast enough in a debug build.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// True with probability 1/`n`.
-    pub fn one_in(&mut self, n: u64) -> bool {
-        self.below(n) == 0
-    }
-    pub fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-        from[self.below(from.len() as u64) as usize]
-    }
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+pub use super::common::rng::Rng;
 
 /// Header flags: version 1, and the frontend asking for an ack.
 pub const VERSION: u32 = 0x1;
