@@ -294,38 +294,43 @@ impl<B: BitmapSlice> io::Write for Writer<'_, B> {
 /// operations on the thread's state around the call) cost 2.4 % of a queue thread's CPU in
 /// 4 KiB READs (docs/benchmarks.md, ninth session); no thread of ours is ever cancelled.
 fn preadv(fd: BorrowedFd, iov: &[libc::iovec], off: u64) -> io::Result<usize> {
-    let off = libc::off_t::try_from(off).map_err(|_| einval())?;
     // SAFETY: each iovec points at `iov_len` bytes of mapped guest memory, kept mapped (and its
-    // pointer guard held) by the caller for the call; the kernel writes only within them. The
-    // count fits a c_int (at most IOV_MAX). On a 64-bit kernel the offset is the fourth
-    // argument whole (`pos_l`), and the fifth (`pos_h`) is shifted out: 0.
-    let n = unsafe {
-        libc::syscall(
-            libc::SYS_preadv,
-            fd.as_raw_fd(),
-            iov.as_ptr(),
-            iov.len() as libc::c_int,
-            off,
-            0,
-        )
-    };
-    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    // pointer guard held) by the caller for the call; the kernel writes only within them.
+    unsafe { vectored(libc::SYS_preadv, fd, iov, off) }
 }
 
 /// `pwritev(2)`: writes `iov` to `fd` at `off`, with `syscall(2)` as [`preadv`].
 fn pwritev(fd: BorrowedFd, iov: &[libc::iovec], off: u64) -> io::Result<usize> {
-    let off = libc::off_t::try_from(off).map_err(|_| einval())?;
     // SAFETY: each iovec points at `iov_len` readable bytes of mapped guest memory, kept mapped
-    // by the caller for the call; the kernel only reads them. The count fits a c_int; the
-    // offset is passed as in [`preadv`].
+    // by the caller for the call; the kernel only reads them.
+    unsafe { vectored(libc::SYS_pwritev, fd, iov, off) }
+}
+
+/// The `preadv`/`pwritev` system call `nr` on `fd`, `iov`, `off`. Every argument goes as a
+/// `c_long`: the kernel reads all of them as `unsigned long`, and a 32-bit argument to the
+/// variadic `syscall(2)` would leave the upper half of its register unspecified. On a 64-bit
+/// kernel the offset is the fourth argument whole (`pos_l`); the fifth (`pos_h`) is shifted out.
+///
+/// # Safety
+/// Every iovec must point at `iov_len` bytes that stay mapped for the call, writable for
+/// `SYS_preadv`, readable for `SYS_pwritev`.
+unsafe fn vectored(
+    nr: libc::c_long,
+    fd: BorrowedFd,
+    iov: &[libc::iovec],
+    off: u64,
+) -> io::Result<usize> {
+    let off = libc::c_long::try_from(off).map_err(|_| einval())?;
+    // SAFETY: the caller vouches for the buffers; `fd` is open for the call and `iov` is a
+    // live slice of `iov.len()` iovecs (at most IOV_MAX: the kernel refuses more with EINVAL).
     let n = unsafe {
         libc::syscall(
-            libc::SYS_pwritev,
-            fd.as_raw_fd(),
-            iov.as_ptr(),
-            iov.len() as libc::c_int,
+            nr,
+            libc::c_long::from(fd.as_raw_fd()),
+            iov.as_ptr() as libc::c_long,
+            iov.len() as libc::c_long,
             off,
-            0,
+            0 as libc::c_long,
         )
     };
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
