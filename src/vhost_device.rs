@@ -50,6 +50,7 @@ mod drain;
 mod memory;
 mod pause;
 mod ring;
+mod used_ring;
 mod vring;
 
 use vring::Vring;

@@ -122,6 +122,8 @@ impl VhostFsBackend {
         // The queue's descriptor table, resolved in `mem` at the first pop and again only if
         // the frontend has moved or resized it since (SET_VRING_ADDR, SET_VRING_NUM).
         let mut table: Option<Table<GuestMemory>> = None;
+        // The queue's used ring, resolved in `mem` at the first completion, likewise.
+        let mut used_ring = None;
         loop {
             let popped = {
                 let mut state = vring.get_mut();
@@ -132,7 +134,7 @@ impl VhostFsBackend {
                 let mut urgent = false;
                 if let Some((head, used, bulk, in_flight)) = served.take() {
                     _served = in_flight;
-                    if add_used(vring, &mut state, &mem, head, used)? {
+                    if add_used(vring, &mut state, &mem, &mut used_ring, head, used)? {
                         unsignalled += 1;
                         urgent = bulk;
                     }
@@ -146,7 +148,7 @@ impl VhostFsBackend {
                 if queued > 0 && self.inner.paused.load(Ordering::SeqCst) {
                     drop(in_flight);
                     if unsignalled > 0 {
-                        notify(&mut state, &mem, event_idx)?;
+                        notify(vring, &mut state, &mem, event_idx)?;
                     }
                     return Ok(());
                 }
@@ -170,7 +172,7 @@ impl VhostFsBackend {
                 if unsignalled > 0
                     && (urgent || backlog == 0 || unsignalled >= notify_batch(backlog))
                 {
-                    notify(&mut state, &mem, event_idx)?;
+                    notify(vring, &mut state, &mem, event_idx)?;
                     unsignalled = 0;
                 }
                 (head, backlog, in_flight)
@@ -237,7 +239,7 @@ impl VhostFsBackend {
                 return;
             }
             let mem = atomic.memory();
-            if let Err(e) = notify(&mut state, &mem, event_idx) {
+            if let Err(e) = notify(vring, &mut state, &mem, event_idx) {
                 log::debug!("queue {queue}: cannot notify the guest: {e}");
             }
             let q = state.get_queue();

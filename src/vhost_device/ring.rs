@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use virtio_queue::QueueT;
 
+use super::used_ring::{wants_notification, UsedRing};
 use super::{GuestMemory, Vring, VringState};
 
 /// Chains the guest made available and the device has not popped yet (none while the queue is
@@ -38,13 +39,15 @@ pub(super) fn waiting<M: vm_memory::GuestMemory>(
     Ok(n)
 }
 
-/// Puts a served chain in the used ring; `false` if it was dropped. GET_VRING_BASE (device
-/// reset, VM stop) waits for the requests in flight ([`Vring`]); one that completes after it
-/// gave up waiting is dropped: the ring may already be someone else's memory.
-pub(super) fn add_used(
+/// Puts a served chain in the used ring, `ring` (resolved again here if the frontend has
+/// moved or resized it since); `false` if it was dropped. GET_VRING_BASE (device reset, VM
+/// stop) waits for the requests in flight ([`Vring`]); one that completes after it gave up
+/// waiting is dropped: the ring may already be someone else's memory.
+pub(super) fn add_used<'m>(
     vring: &Vring,
     state: &mut VringState,
-    mem: &GuestMemory,
+    mem: &'m GuestMemory,
+    ring: &mut Option<UsedRing<'m, GuestMemory>>,
     head: u16,
     used: u32,
 ) -> io::Result<bool> {
@@ -53,18 +56,24 @@ pub(super) fn add_used(
         return Ok(false);
     }
     let q = state.get_queue_mut();
-    q.add_used(mem, head, used).map_err(io::Error::other)?;
+    let ring = match ring {
+        Some(r) if r.is_of(q) => r,
+        _ => ring.insert(UsedRing::resolve(mem, q)),
+    };
+    ring.add(q, mem, head, used).map_err(io::Error::other)?;
     Ok(true)
 }
 
 /// Notifies the guest of the used entries added since the last notification, if it wants to be
 /// (with EVENT_IDX, only when its `used_event` lies among them).
-pub(super) fn notify(state: &mut VringState, mem: &GuestMemory, event_idx: bool) -> io::Result<()> {
+pub(super) fn notify(
+    vring: &Vring,
+    state: &mut VringState,
+    mem: &GuestMemory,
+    event_idx: bool,
+) -> io::Result<()> {
     if !event_idx
-        || state
-            .get_queue_mut()
-            .needs_notification(mem)
-            .map_err(io::Error::other)?
+        || wants_notification(state.get_queue(), mem, vring.checked()).map_err(io::Error::other)?
     {
         state.signal_used_queue()?;
     }

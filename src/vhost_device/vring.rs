@@ -14,6 +14,9 @@
 //! and the guest notified, under the next acquisition of that lock (`drain`). [`wait_served`]
 //! waits for that count to reach 0: it is the one wait of a GET_VRING_BASE (one queue),
 //! `VhostFsBackend::pause` (every queue, in-place upgrade) and a DEVICE_STATE save (every queue).
+//!
+//! The vring also keeps the used index of the queue's last EVENT_IDX check ([`Checked`], see
+//! `used_ring`), forgotten, under the vring lock, by every setter that moves the used index.
 
 use std::fs::File;
 use std::io;
@@ -26,6 +29,7 @@ use vhost_user_backend::{VringRwLock, VringStateGuard, VringStateMutGuard, Vring
 use virtio_queue::{Error as VirtQueError, QueueT};
 use vm_memory::GuestMemoryAtomic;
 
+use super::used_ring::Checked;
 use super::{GuestMemory, VringState};
 use crate::metrics::QueueGauges;
 
@@ -44,6 +48,7 @@ const POLL: Duration = Duration::from_micros(100);
 pub struct Vring {
     ring: VringRwLock<Mem>,
     stop: Arc<Stop>,
+    checked: Arc<Checked>,
 }
 
 #[derive(Default)]
@@ -64,6 +69,11 @@ impl Vring {
     pub(super) fn attach(&self, gauges: &Arc<QueueGauges>, queue: usize) {
         // Already attached: the same queue and gauges (one backend, one handler per connection).
         let _ = self.stop.queue.set((Arc::clone(gauges), queue));
+    }
+
+    /// The used index of the queue's last notification check (under the vring lock).
+    pub(super) fn checked(&self) -> &Checked {
+        &self.checked
     }
 
     /// Whether a chain served now may put its used entry in the ring (call under the vring
@@ -131,12 +141,14 @@ impl<'a> VringStateMutGuard<'a, Mem> for Vring {
     type G = RwLockWriteGuard<'a, VringState>;
 }
 
-/// Everything but `set_queue_ready(false)` is vhost-user-backend's own.
+/// Everything but `set_queue_ready(false)` and the setters that move the used index is
+/// vhost-user-backend's own.
 impl VringT<Mem> for Vring {
     fn new(mem: Mem, max_queue_size: u16) -> Result<Self, VirtQueError> {
         Ok(Vring {
             ring: VringRwLock::new(mem, max_queue_size)?,
             stop: Arc::default(),
+            checked: Arc::new(Checked::new()),
         })
     }
 
@@ -184,8 +196,12 @@ impl VringT<Mem> for Vring {
         self.ring.set_queue_next_avail(base)
     }
 
+    /// SET_VRING_ADDR sets the used index from the ring: the last notification check is
+    /// forgotten with it, under the same lock.
     fn set_queue_next_used(&self, idx: u16) {
-        self.ring.set_queue_next_used(idx)
+        let mut state = self.ring.get_mut();
+        state.get_queue_mut().set_next_used(idx);
+        self.checked.forget();
     }
 
     fn queue_used_idx(&self) -> Result<u16, VirtQueError> {
