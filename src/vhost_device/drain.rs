@@ -37,18 +37,22 @@ const BULK: u64 = 64 << 10;
 const NOTIFY_BATCH: u16 = 16;
 
 /// Used entries at least put in the ring before the guest is notified, while more chains wait.
-const NOTIFY_BATCH_MIN: u16 = 4;
+const NOTIFY_BATCH_MIN: u16 = 8;
 
 /// How many used entries make a notification while `backlog` chains wait behind the one just
-/// popped: a quarter of them, at least [`NOTIFY_BATCH_MIN`] and at most [`NOTIFY_BATCH`]. A guest
-/// with a few requests in flight hears of the first completions while most of its requests are
-/// still waiting, so it refills its ring before the ring runs dry: with a fixed 16 and 16 in
-/// flight, all 16 were answered before the first notification, the guest idle meanwhile and
-/// the daemon idle while it refilled (1 queue, 16 in flight: 1.56–1.69× the READ and WRITE
-/// 4 KiB rate at 0.91–1.01 of the CPU per request, GETATTR 1.15–1.42×; docs/benchmarks.md). A
-/// deep backlog still takes one interrupt per 16 completions.
+/// popped: half of them, at least [`NOTIFY_BATCH_MIN`] and at most [`NOTIFY_BATCH`]. A guest
+/// with 16 requests in flight hears of the first 8 completions while the other 8 are still
+/// waiting, so it refills its ring before the ring runs dry: with a fixed 16 and 16 in flight,
+/// all 16 were answered before the first notification, the guest idle meanwhile and the daemon
+/// idle while it refilled (1 queue, 16 in flight: 1.56–1.69× the READ and WRITE 4 KiB rate
+/// at 0.91–1.01 of the CPU per request, GETATTR 1.15–1.42×; docs/benchmarks.md). Each
+/// notification wakes the guest's waiting thread (an `eventfd` write whose wake-up is most of
+/// a queue thread's kernel time on a small request): a quarter, at least 4, took one per 4
+/// completions at 16 in flight, and 8 is 0.76–0.98 of its CPU per 4 KiB READ at 1 queue
+/// (docs/benchmarks.md, tenth session). A deep backlog still takes one interrupt per 16
+/// completions; a backlog shorter than the batch is notified when it is served.
 fn notify_batch(backlog: u16) -> u16 {
-    (backlog / 4).clamp(NOTIFY_BATCH_MIN, NOTIFY_BATCH)
+    (backlog / 2).clamp(NOTIFY_BATCH_MIN, NOTIFY_BATCH)
 }
 
 impl VhostFsBackend {
