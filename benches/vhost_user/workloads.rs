@@ -314,9 +314,8 @@ fn untimed_lookup(c: &FuseClient, parent: u64, name: &str) -> Result<u64, String
         .map_err(|e| fuse_err(&format!("LOOKUP {name}"), e))
 }
 
-/// LOOKUP of every file of the directory, `passes` times over, in parallel; returns the node
-/// IDs per thread (of one pass).
-/// LOOKUP of the directory's files, `passes` times over, `depth` in flight per thread.
+/// LOOKUP of every file of the directory, `passes` times over, in parallel, `depth` in flight
+/// per thread; returns the node IDs per thread (of one pass).
 fn lookup_phase(
     ctx: &Ctx,
     dir: u64,

@@ -48,7 +48,7 @@ const NOTIFY_BATCH_MIN: u16 = 8;
 /// at 0.91–1.01 of the CPU per request, GETATTR 1.15–1.42×; docs/benchmarks.md). Each
 /// notification wakes the guest's waiting thread (an `eventfd` write whose wake-up is most of
 /// a queue thread's kernel time on a small request): a quarter, at least 4, took one per 4
-/// completions at 16 in flight, and 8 is 0.76–0.98 of its CPU per 4 KiB READ at 1 queue
+/// completions at 16 in flight, and 8 is 0.76–0.96 of its CPU per 4 KiB READ at 1 queue
 /// (docs/benchmarks.md, tenth session). A deep backlog still takes one interrupt per 16
 /// completions; a backlog shorter than the batch is notified when it is served.
 fn notify_batch(backlog: u16) -> u16 {

@@ -91,16 +91,18 @@ impl<'a, M: GuestMemory> UsedRing<'a, M> {
         let next = Wrapping(q.next_used());
         let at = HEADER + ELEM * usize::from(next.0 % self.size);
         let elem = (u64::from(len) << 32 | u64::from(head)).to_le();
-        slice
-            .get_ref::<u64>(at)
-            .map_err(|e| Error::GuestMemory(GuestMemoryError::from(e)))?
-            .store(elem);
+        slice.get_ref::<u64>(at).map_err(memory_error)?.store(elem);
         let next = next + Wrapping(1);
         q.set_next_used(next.0);
         slice
             .store(next.0.to_le(), 2, Ordering::Release)
-            .map_err(|e| Error::GuestMemory(GuestMemoryError::from(e)))
+            .map_err(memory_error)
     }
+}
+
+/// A slice access that failed, as virtio-queue reports a guest memory error.
+fn memory_error(e: vm_memory::VolatileMemoryError) -> Error {
+    Error::GuestMemory(GuestMemoryError::from(e))
 }
 
 /// With EVENT_IDX: whether the guest asked to hear of one of the entries put in `q`'s used ring
