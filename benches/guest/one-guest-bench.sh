@@ -2,9 +2,11 @@
 # shellcheck disable=SC2317 # the job functions run through run()
 # one-guest.sh's guest side (busybox sh + fio): device 0 is mounted on /mnt (tag share), device i
 # is mounted here on /mnt$i (tag share$i); each holds m/f0..f(N-1) (4 KiB each) and big (256 MiB).
-# Knobs from /mnt/bench.env: ND (devices), ROUNDS, CU (files to create and unlink), CUROUNDS,
-# PIN (a vCPU number, or empty: each device's jobs on the vCPU of its request interrupt, moved to
-# PIN where the guest allows it).
+# Knobs from /mnt/bench.env: ND (devices), ROUNDS, JOBS (the per-round jobs, in order), CU (files
+# to create and unlink), CUROUNDS, PIN (a vCPU number, or empty: each device's jobs on the vCPU of
+# its request interrupt, moved to PIN where the guest allows it), SLICE (names per slice, or empty:
+# stat and stat-again run on each device in turn; else they run on all devices at once, a slice of
+# SLICE names on each device in turn, each device's time the sum of its slices).
 # Prints "BENCH-RESULT DEVICE JOB ROUND SECONDS" per job run.
 # shellcheck disable=SC1091 # written by one-guest.sh
 . /mnt/bench.env
@@ -99,12 +101,54 @@ run() {
   "j_${job%-again}" "$(root "$d")" "$d" || { echo "FAIL: $job on device $d"; rc=1; }
   echo "BENCH-RESULT $d $job $r $(since "$t")"
 }
-k=0
-for r in $(seq "$ROUNDS"); do
-  for job in seqread stat stat-again find lsl readdir; do
-    k=$((k + 1))
+# sliced ROUND JOB: stat or stat-again on all devices at once, SLICE names at a time on each
+# device in turn (the device that starts moves on by one each slice), so that the machine's drift
+# over a job's seconds is shared by all devices; prints each device's sum of its slices. Every
+# device's names are looked up first, then drop_caches: for stat, each daemon gets the 10,000
+# FORGETs that drop_caches starts (and returns before they are all sent) as the slices begin, as
+# it would with one device; for stat-again, the names are looked up once more and the 1 s
+# timeouts waited out, so that every name is revalidated.
+sliced() {
+  r=$1 job=$2
+  drop_caches
+  for d in $(seq 0 $((ND - 1))); do on "$d"; j_stat "$(root "$d")" "$d"; done
+  drop_caches
+  if [ "$job" = stat-again ]; then
+    for d in $(seq 0 $((ND - 1))); do on "$d"; j_stat "$(root "$d")" "$d"; done
+    sleep 1.1
+  fi
+  for d in $(seq 0 $((ND - 1))); do eval "sum_$d=0"; done
+  c=0
+  for sl in /tmp/slices-0.*; do
+    sl=${sl##*.}
     for x in $(seq 0 $((ND - 1))); do
-      d=$(( (x + k) % ND ))
+      d=$(( (x + c + r) % ND ))
+      on "$d"
+      t=$(now)
+      xargs -s 1000000 stat -c %s < "/tmp/slices-$d.$sl" | awk '$1 != 4096 { bad++ } END { exit bad > 0 }' ||
+        { echo "FAIL: $job slice $sl on device $d"; rc=1; }
+      el=$(since "$t")
+      eval "sum_$d=\$(awk -v a=\"\$sum_$d\" -v b=$el 'BEGIN { printf \"%.3f\", a + b }')"
+    done
+    c=$((c + 1))
+  done
+  for d in $(seq 0 $((ND - 1))); do eval "echo \"BENCH-RESULT $d $job $r \$sum_$d\""; done
+}
+if [ -n "${SLICE:-}" ]; then
+  for i in $(seq 0 $((ND - 1))); do
+    awk -v n="$SLICE" -v p="/tmp/slices-$i." '{ f = sprintf("%s%04d", p, int((NR - 1) / n)); print > f }' "/tmp/names-$i"
+  done
+fi
+# Job j of round r starts with device (j + r) mod ND: every job's order rotates from round to
+# round (with the job's number alone, an even number of jobs on 2 devices ran each job in the
+# same order in every round).
+for r in $(seq "$ROUNDS"); do
+  j=0
+  for job in $JOBS; do
+    j=$((j + 1))
+    case "$job" in stat|stat-again) if [ -n "${SLICE:-}" ]; then sliced "$r" "$job"; continue; fi ;; esac
+    for x in $(seq 0 $((ND - 1))); do
+      d=$(( (x + j + r) % ND ))
       on "$d"
       if [ "$job" = stat-again ]; then
         # Warm the dentries, then wait out the 1 s timeouts: every name is revalidated.
@@ -115,6 +159,7 @@ for r in $(seq "$ROUNDS"); do
     done
   done
 done
+k=0
 blk=$(head -c 4096 /dev/zero | tr '\0' x)
 for r in $(seq "$CUROUNDS"); do
   k=$((k + 1))

@@ -3,11 +3,12 @@
 # guest alternating between them job by job (QEMU, TCG: compare ratios, not absolutes).
 #
 #   benches/guest/one-guest.sh [--rounds N] [--files N] [--cu-files N] [--cu-rounds N]
-#                              [--kernel 6.12|6.1] [--pin CPU] [--log-dir DIR] [--] NAME=CMD[@QUEUES]...
+#                              [--jobs LIST] [--slice N] [--kernel 6.12|6.1] [--pin CPU]
+#                              [--log-dir DIR] [--] NAME=CMD[@QUEUES]...
 #
 # run.sh boots a guest per daemon, so boot-to-boot differences and the machine's changing load
 # land between the daemons; here they share the guest and run each job back to back, in a
-# rotating order (job k starts with daemon k mod D), so a ratio compares runs seconds apart.
+# rotating order (job j of round r starts with daemon (j + r) mod D), so a ratio compares runs seconds apart.
 # Each daemon gets its own share, filled on the host with FILES files of 4 KiB (a `drop_caches`
 # in the guest makes them as cold as files it created) and a 256 MiB file. Per round, each
 # daemon in turn: seqread (fio 1 MiB psync through the page cache, after drop_caches), stat
@@ -20,24 +21,32 @@
 # @QUEUES the device's request queues (default 1). Default: vhostfs (target/release or $VHOSTFS)
 # with 1 queue, then virtiofsd 1.14 (--sandbox=none). Options: --rounds (5), --files (10000),
 # --cu-files (1000), --cu-rounds (as many as --rounds: every row of the table has as many
-# rounds; it was 3), --kernel (6.12; 6.1: see run.sh), --pin CPU (each device's
-# jobs run on the vCPU its request interrupt is delivered to: with 1 queue, whether the reply's
-# interrupt and the waiting process share a vCPU otherwise changes a one-request-at-a-time job by
-# up to ~3x under TCG, at the guest scheduler's whim; a 6.1 guest's vectors are first moved to
-# vCPU CPU, 6.12's are kernel-managed and stay where the kernel put them; the output starts with
-# the affinities and, per vector, the interrupts each vCPU took during the jobs), --log-dir DIR
-# (keep the console and daemon logs; default: a temp dir, kept only on failure). Run as root.
+# rounds; it was 3; 0: none), --jobs (the per-round jobs to run, in order, of: seqread stat
+# stat-again find lsl readdir; default all), --slice N (1000; stat and stat-again on all devices
+# at once, N names at a time on each device in turn: the machine's drift over a job's seconds,
+# which spans 0.7-1.4 between two devices run one after the other, is shared by all devices; 0:
+# each device in turn, as the other jobs), --kernel
+# (6.12; 6.1: see run.sh), --pin CPU (each device's jobs run on the vCPU its request interrupt is
+# delivered to: with 1 queue, whether the reply's interrupt and the waiting process share a vCPU
+# otherwise changes a one-request-at-a-time job by up to ~3x under TCG, at the guest scheduler's
+# whim; a 6.1 guest's vectors are first moved to vCPU CPU, 6.12's are kernel-managed and stay
+# where the kernel put them; the output starts with the affinities and, per vector, the
+# interrupts each vCPU took during the jobs), --log-dir DIR (keep the console and daemon logs;
+# default: a temp dir, kept only on failure). Run as root.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-rounds=5 files=10000 cu_files=1000 cu_rounds='' kernel=6.12 pin='' logdir='' specs=()
+rounds=5 files=10000 cu_files=1000 cu_rounds='' slice=1000 jobs='seqread stat stat-again find lsl readdir'
+kernel=6.12 pin='' logdir='' specs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --files) files=$2; shift 2 ;;
     --cu-files) cu_files=$2; shift 2 ;;
     --cu-rounds) cu_rounds=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --slice) slice=$2; shift 2 ;;
     --kernel) kernel=$2; shift 2 ;;
     --pin) pin=$2; shift 2 ;;
     --log-dir) logdir=$2; shift 2 ;;
@@ -48,6 +57,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 cu_rounds=${cu_rounds:-$rounds}
+for j in $jobs; do
+  case "$j" in
+    seqread|stat|stat-again|find|lsl|readdir) ;;
+    *) echo "one-guest.sh: --jobs: no job $j (seqread stat stat-again find lsl readdir)" >&2; exit 2 ;;
+  esac
+done
 log() { echo "one-guest: $*" >&2; }
 virtiofsd=${VIRTIOFSD:-$(command -v virtiofsd || echo "$HOME/.cargo/bin/virtiofsd")}
 if [ ${#specs[@]} -eq 0 ]; then
@@ -125,7 +140,9 @@ for i in $(seq 0 $((nd - 1))); do
   [ -S "$work/$i.sock" ] || { log "daemon $i did not create its socket"; tail "$logdir/daemon-$i.log" >&2; exit 1; }
 done
 cp "$here/one-guest-bench.sh" "$work/share-0/bench.sh"
-printf 'ND=%s\nROUNDS=%s\nCU=%s\nCUROUNDS=%s\nPIN=%s\n' "$nd" "$rounds" "$cu_files" "$cu_rounds" "$pin" \
+[ "$slice" != 0 ] || slice=''
+printf 'ND=%s\nROUNDS=%s\nJOBS="%s"\nSLICE=%s\nCU=%s\nCUROUNDS=%s\nPIN=%s\n' "$nd" "$rounds" "$jobs" "$slice" \
+  "$cu_files" "$cu_rounds" "$pin" \
   > "$work/share-0/bench.env"
 t0=$EPOCHSECONDS
 log "guest: $(basename "$kernel_img"), $nd devices, $files files each, $rounds rounds"
