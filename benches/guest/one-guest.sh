@@ -8,7 +8,8 @@
 #
 # run.sh boots a guest per daemon, so boot-to-boot differences and the machine's changing load
 # land between the daemons; here they share the guest and run each job back to back, in a
-# rotating order (job j of round r starts with daemon (j + r) mod D), so a ratio compares runs seconds apart.
+# rotating order (job j of round r starts with daemon (j + r) mod D), so a ratio compares runs
+# seconds apart (and stat and stat again, by default, slices of them: see --slice).
 # Each daemon gets its own share, filled on the host with FILES files of 4 KiB (a `drop_caches`
 # in the guest makes them as cold as files it created) and a 256 MiB file. Per round, each
 # daemon in turn: seqread (fio 1 MiB psync through the page cache, after drop_caches), stat
@@ -25,14 +26,14 @@
 # stat-again find lsl readdir; default all), --slice N (1000; stat and stat-again on all devices
 # at once, N names at a time on each device in turn: the machine's drift over a job's seconds,
 # which spans 0.7-1.4 between two devices run one after the other, is shared by all devices; 0:
-# each device in turn, as the other jobs), --kernel
-# (6.12; 6.1: see run.sh), --pin CPU (each device's jobs run on the vCPU its request interrupt is
-# delivered to: with 1 queue, whether the reply's interrupt and the waiting process share a vCPU
-# otherwise changes a one-request-at-a-time job by up to ~3x under TCG, at the guest scheduler's
-# whim; a 6.1 guest's vectors are first moved to vCPU CPU, 6.12's are kernel-managed and stay
-# where the kernel put them; the output starts with the affinities and, per vector, the
-# interrupts each vCPU took during the jobs), --log-dir DIR (keep the console and daemon logs;
-# default: a temp dir, kept only on failure). Run as root.
+# each device in turn, as the other jobs), --kernel (6.12; 6.1: see run.sh), --pin CPU (each
+# device's jobs run on the vCPU its request interrupt is delivered to: with 1 queue, whether the
+# reply's interrupt and the waiting process share a vCPU otherwise changes a one-request-at-a-time
+# job by up to ~3x under TCG, at the guest scheduler's whim; a 6.1 guest's vectors are first
+# moved to vCPU CPU, 6.12's are kernel-managed and stay where the kernel put them; the output
+# starts with the affinities and, per vector, the interrupts each vCPU took during the jobs),
+# --log-dir DIR (keep the console and daemon logs; default: a temp dir, kept only on failure).
+# Run as root.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,6 +58,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 cu_rounds=${cu_rounds:-$rounds}
+case "$slice" in
+  ''|*[!0-9]*) echo "one-guest.sh: --slice takes a number of names (0: off), not '$slice'" >&2; exit 2 ;;
+esac
 for j in $jobs; do
   case "$j" in
     seqread|stat|stat-again|find|lsl|readdir) ;;
