@@ -80,13 +80,16 @@ ls /mnt/m > /tmp/n0
 files=$(wc -l < /tmp/n0)
 for i in $(seq 0 $((ND - 1))); do sed "s|^|$(root "$i")/m/|" /tmp/n0 > "/tmp/names-$i"; done
 
-sizes_ok() { awk -v n="$files" '$1 == 4096 { ok++ } END { exit ok != n }'; }
+# sizes_ok [N]: N sizes read (default: all the files), each 4096.
+sizes_ok() { awk -v n="${1:-$files}" '$1 == 4096 { ok++ } END { exit ok != n }'; }
 j_seqread() { fio --name=seqread --filename="$1/big" --rw=read --bs=1M --size=256M \
   --output-format=terse > /dev/null 2>/tmp/fio.err || { cat /tmp/fio.err; false; }; }
 # One stat for all names (-s): when busybox xargs splits 10,000 names into several commands, this
 # TCG guest hands some of them corrupted names (/mnt1/m/f31t1/m/f2989: the same few in every pass;
 # the list itself is intact, and the host's busybox splits it correctly).
-j_stat() { xargs -s 1000000 stat -c %s < "/tmp/names-$2" | sizes_ok; }
+# stat_names LIST [N]: one stat for all the names of LIST, which holds N (default: all the files).
+stat_names() { xargs -s 1000000 stat -c %s < "$1" | sizes_ok "${2:-}"; }
+j_stat() { stat_names "/tmp/names-$2"; }
 # shellcheck disable=SC2038 # names are plain f0..fN
 j_find() { (cd "$1/m" && find . -type f | xargs stat -c %s) | sizes_ok; }
 # shellcheck disable=SC2012 # `ls -l` is the workload
@@ -117,22 +120,23 @@ sliced() {
     for d in $(seq 0 $((ND - 1))); do on "$d"; j_stat "$(root "$d")" "$d"; done
     sleep 1.1
   fi
-  for d in $(seq 0 $((ND - 1))); do eval "sum_$d=0"; done
+  : > /tmp/slice-times
   c=0
   for sl in /tmp/slices-0.*; do
     sl=${sl##*.}
     for x in $(seq 0 $((ND - 1))); do
       d=$(( (x + c + r) % ND ))
+      f=/tmp/slices-$d.$sl
       on "$d"
+      n=$(wc -l < "$f")
       t=$(now)
-      xargs -s 1000000 stat -c %s < "/tmp/slices-$d.$sl" | awk '$1 != 4096 { bad++ } END { exit bad > 0 }' ||
-        { echo "FAIL: $job slice $sl on device $d"; rc=1; }
-      el=$(since "$t")
-      eval "sum_$d=\$(awk -v a=\"\$sum_$d\" -v b=$el 'BEGIN { printf \"%.3f\", a + b }')"
+      stat_names "$f" "$n" || { echo "FAIL: $job slice $sl on device $d"; rc=1; }
+      echo "$d $(since "$t")" >> /tmp/slice-times
     done
     c=$((c + 1))
   done
-  for d in $(seq 0 $((ND - 1))); do eval "echo \"BENCH-RESULT $d $job $r \$sum_$d\""; done
+  awk -v job="$job" -v r="$r" '{ s[$1] += $2 }
+    END { for (d in s) printf "BENCH-RESULT %s %s %s %.3f\n", d, job, r, s[d] }' /tmp/slice-times
 }
 if [ -n "${SLICE:-}" ]; then
   for i in $(seq 0 $((ND - 1))); do
