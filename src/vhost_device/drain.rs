@@ -131,8 +131,7 @@ impl VhostFsBackend {
         // no chain popped (the queue was found empty, paused or stopped): a stop that sees no
         // chain in flight sees every used entry notified.
         let mut unsignalled = 0u16;
-        // Whether this drain has notified the guest yet: its first completion is notified at
-        // once, so the guest's wake-up overlaps with the rest of the drain.
+        // Whether this drain has notified the guest yet (its first completion is, at once).
         let mut notified = false;
         // The queue's descriptor table, resolved in `mem` at the first pop and again only if
         // the frontend has moved or resized it since (SET_VRING_ADDR, SET_VRING_NUM).
