@@ -47,6 +47,7 @@ use crate::worker_pool::WorkerPool;
 mod device_state;
 mod dirty_log;
 mod drain;
+mod linger;
 mod memory;
 mod pause;
 mod ring;
@@ -111,6 +112,8 @@ struct Inner {
     transfer: Mutex<Option<JoinHandle<io::Result<()>>>>,
     /// Set by [`VhostFsBackend::pause`]: no thread pops a chain while it is.
     paused: AtomicBool,
+    /// Which threads drain a queue, and whether one lingers after its drain.
+    lingering: linger::Lingering,
 }
 
 impl VhostFsBackend {
@@ -154,6 +157,7 @@ impl VhostFsBackend {
             exit_consumers: Mutex::default(),
             transfer: Mutex::new(None),
             paused: AtomicBool::new(false),
+            lingering: linger::Lingering::default(),
         });
         let weak = Arc::downgrade(&inner);
         inner.watch.start(move |queue| {

@@ -11,6 +11,7 @@ use vhost_user_backend::VringT;
 use virtio_queue::QueueT;
 use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 
+use super::linger::LINGER_AFTER;
 use super::ring::{add_used, notify, waiting};
 use super::{GuestMemory, VhostFsBackend, Vring};
 use crate::fuse_server::descriptors::{Table, Walk};
@@ -71,9 +72,14 @@ impl VhostFsBackend {
                 let q = state.get_queue_mut();
                 q.disable_notification(&*mem).map_err(io::Error::other)?;
             }
-            self.drain(vring, &atomic, event_idx, queue, true)?;
+            let served = self.drain(vring, &atomic, event_idx, queue, true)?;
             if self.inner.paused.load(Ordering::SeqCst) || !event_idx {
                 return Ok(());
+            }
+            // Before re-enabling kicks, watch the ring a little after a burst: the guest is
+            // reaping it and adding the next chains (`linger`).
+            if served >= LINGER_AFTER && self.linger(queue, vring, &atomic)? {
+                continue;
             }
             // With EVENT_IDX, re-enable notifications and look again: the guest may have added
             // chains after the last pop and before it saw notifications enabled. Not once the
@@ -93,12 +99,12 @@ impl VhostFsBackend {
         }
     }
 
-    /// Pops and serves chains until `vring` (queue `queue`) is empty. The thread that pops a
-    /// chain serves it: no hand-over, so one request in flight costs no thread switch. On the
-    /// queue's own thread (`own`), when at least [`RECRUIT_BACKLOG`] chains are still waiting after a
-    /// pop, an idle pool thread (if any) is asked to drain the queue alongside, so a backlog is
-    /// served in parallel; and each request is shown to the stall watcher, which sends help when
-    /// one runs long.
+    /// Pops and serves chains until `vring` (queue `queue`) is empty, and says how many it
+    /// served. The thread that pops a chain serves it: no hand-over, so one request in flight
+    /// costs no thread switch. On the queue's own thread (`own`), when at least
+    /// [`RECRUIT_BACKLOG`] chains are still waiting after a pop, an idle pool thread (if any) is
+    /// asked to drain the queue alongside, so a backlog is served in parallel; and each request
+    /// is shown to the stall watcher, which sends help when one runs long.
     ///
     /// The guest is notified of completions in batches: while more chains wait behind the one
     /// just popped, up to [`notify_batch`] used entries are put in the ring before one
@@ -119,7 +125,9 @@ impl VhostFsBackend {
         event_idx: bool,
         queue: usize,
         own: bool,
-    ) -> io::Result<()> {
+    ) -> io::Result<u32> {
+        let _draining = self.inner.lingering.draining(queue);
+        let mut count = 0;
         let gauges = &self.inner.gauges;
         // One snapshot of the memory map per drain: a chain popped under it is served under it,
         // and a new map (memory hot-plug) is picked up at the next kick.
@@ -164,7 +172,7 @@ impl VhostFsBackend {
                     if unsignalled > 0 {
                         notify(vring, &mut state, &mem, event_idx)?;
                     }
-                    return Ok(());
+                    return Ok(count);
                 }
                 let head = match queued {
                     0 => None,
@@ -194,8 +202,9 @@ impl VhostFsBackend {
             };
             let (head, backlog, in_flight) = popped;
             let (Some(head), Some(table)) = (head, &table) else {
-                return Ok(());
+                return Ok(count);
             };
+            count += 1;
             // A chain that is no request is answered with nothing (used length 0).
             let Some(request) = Request::of_chain(&*mem, Walk::new(&*mem, table.clone(), head))
             else {
@@ -212,6 +221,29 @@ impl VhostFsBackend {
             let used = self.inner.server.serve_request(request);
             served = Some((head, used, bulk, in_flight));
         }
+    }
+
+    /// Watches `vring` for a chain for a little while after a drain (kicks still off), unless
+    /// another thread lingers or drains ([`super::linger`]): `true` if one came.
+    fn linger(
+        &self,
+        queue: usize,
+        vring: &Vring,
+        atomic: &GuestMemoryAtomic<GuestMemory>,
+    ) -> io::Result<bool> {
+        let mem = atomic.memory();
+        self.inner.lingering.linger(queue, || {
+            if self.inner.paused.load(Ordering::SeqCst) {
+                return Ok(Some(false));
+            }
+            let mut state = vring.get_mut();
+            let q = state.get_queue_mut();
+            // A stopped queue (GET_VRING_BASE) pops nothing: not worth waiting for.
+            if !q.ready() {
+                return Ok(Some(false));
+            }
+            Ok((waiting(q, &*mem)? > 0).then_some(true))
+        })
     }
 
     /// Starts one more pool thread draining `vring` (queue `queue`), unless every pool thread
