@@ -9,8 +9,8 @@
 //! the daemon, the quicker side, found the ring empty once per 16–18 requests (9,300 sleeps over
 //! 160,000 4 KiB READs; virtiofsd, slower per request, 3,300–4,200), and on a host whose idle
 //! CPUs halt, where a cross-CPU wake-up costs ~20 µs, the pipeline waited for each. Lingering
-//! 20 µs took the sleeps to 100–300 and the rate to 1.6–1.8× (docs/benchmarks.md, fourteenth
-//! session); 10 µs caught too few refills to matter.
+//! 20 µs took the sleeps to 100–300 and those rows' rate to 1.6–2.0× (docs/benchmarks.md,
+//! fourteenth session); 10 µs caught too few refills to matter.
 //!
 //! Lingering costs CPU, so it is bounded: only after a drain that served at least
 //! [`LINGER_AFTER`] chains (a guest sending one request at a time never makes a thread
@@ -33,8 +33,8 @@ pub(super) const LINGER_AFTER: u32 = 2;
 
 /// Chances to linger passed up at most after lingers that found nothing: `2^(n-1) - 1` after `n`
 /// misses in a row, so a guest that does not refill within [`LINGER`] costs a wasted linger per
-/// `MAX_SKIP + 1` drains, not per drain, while one that nearly always does (97 % of 4 KiB READ
-/// lingers found a chain, after 8 µs on average) loses few chances to an odd miss.
+/// `MAX_SKIP + 1` drains, not per drain, while one that nearly always does (93–98 % of 4 KiB
+/// READ lingers found a chain, after 7–8 µs on average) loses few chances to an odd miss.
 const MAX_SKIP: u32 = 15;
 
 /// Drains in a row of one queue after which its thread may linger ([`Lingering::last`]).
