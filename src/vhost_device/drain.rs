@@ -76,8 +76,8 @@ impl VhostFsBackend {
             if self.inner.paused.load(Ordering::SeqCst) || !event_idx {
                 return Ok(());
             }
-            // Before re-enabling kicks, watch the ring a little after a burst: the guest is
-            // reaping it and adding the next chains (`linger`).
+            // Before re-enabling kicks, watch the ring a little: the guest is reaping what was
+            // served and adding the next chains (`linger`).
             if served >= LINGER_AFTER && self.linger(queue, vring, &atomic)? {
                 continue;
             }
