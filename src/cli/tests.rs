@@ -50,7 +50,7 @@ fn defaults_match_virtiofsd() {
             cache: CacheMode::Auto,
             thread_pool_size: default_thread_pool_size(),
             rlimit_nofile: None,
-            fd_cache_size: 960,
+            fd_cache_size: 16_384,
             readonly: false,
             xattr: false,
             xattrmap: None,

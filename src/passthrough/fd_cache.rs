@@ -26,11 +26,19 @@
 //!   is dropped first, an fd found to be on a deleted inode (link count 0) by GETATTR is
 //!   dropped, and when the host filesystem is full every fd on a deleted inode is dropped before
 //!   the request is retried (`PassthroughFs::reclaim_deleted`).
-//! - When a shard is full, a new fd is not kept: the entries stay until they go idle (the time
-//!   bound), and the fd just opened is closed by the request that opened it. Unlike LRU (and
-//!   better than random replacement), this keeps every cached entry hitting when the guest
-//!   sweeps over more inodes than fit, as `ls -l` of a big directory in a loop does, and a miss
-//!   costs no replacement: the fd closed is the one just used, not a cold one.
+//! - **Admission**: the first [`FIRST_USE`] fds (fewer with a smaller size or budget) are kept
+//!   for any inode the guest uses; the rest of the capacity only for an inode the guest comes
+//!   back to: one whose fd had to be opened by handle before and was not kept ([`Ghosts`]). A
+//!   guest that uses each inode once, as a walk of a million files does (READDIRPLUS, LOOKUP,
+//!   GETATTR, never again), so keeps the daemon under 1,024 fds however many inodes it holds,
+//!   while one that sweeps the same 10,000 inodes again and again (`stat` or `ls -l` in a loop,
+//!   a build checking its files) pays one `open_by_handle_at` + `close` per inode, not per
+//!   request: a GETATTR then costs half the CPU (docs/benchmarks.md, issue 14 item 3).
+//! - When a shard is full (for the inode at hand), a new fd is not kept: the entries stay until
+//!   they go idle (the time bound), and the fd just opened is closed by the request that opened
+//!   it. Unlike LRU (and better than random replacement), this keeps every cached entry hitting
+//!   when the guest sweeps over more inodes than fit, and a miss costs no replacement: the fd
+//!   closed is the one just used, not a cold one.
 //! - Locks: one mutex per shard, held for a hash-map update or one shard's sweep, never across
 //!   a syscall; replaced, swept and shed fds are closed after the lock is released.
 
@@ -47,9 +55,19 @@ use crate::metrics::striped::Striped;
 use crate::sync::lock;
 
 /// Default upper bound of cached fds, whatever the budget (`--fd-cache-size`): each pins a
-/// kernel `struct file`, dentry and inode (about 1 KiB), and with the daemon's own fds it keeps
-/// the daemon under 1,024 fds however many inodes the guest holds.
-pub const DEFAULT_SIZE: usize = 960;
+/// kernel `struct file`, dentry and inode (about 1 KiB), so at most ~16 MiB of kernel memory,
+/// and only for inodes the guest comes back to within [`IDLE_LIMIT`] (see [`FIRST_USE`]).
+pub const DEFAULT_SIZE: usize = 16_384;
+
+/// Cached fds at most for inodes the guest has not come back to (the admission invariant):
+/// with the daemon's own fds, under 1,024 fds for a guest that uses each inode once.
+pub const FIRST_USE: usize = 960;
+
+/// Ghost entries per shard ([`Ghosts`]): 16 × 4,096 in all, 256 KiB once every one is written,
+/// about 6 times the node IDs a full default cache holds beyond [`FIRST_USE`], so that most of a
+/// sweep as large as the cache finds its ghosts (a slot is overwritten by another inode of the
+/// sweep with probability 1 - e^(-n/65,536): 14 % for n = 10,000).
+const GHOSTS_PER_SHARD: usize = 4096;
 
 /// How long an fd the guest does not use stays cached, at most.
 pub const IDLE_LIMIT: Duration = Duration::from_secs(1);
@@ -75,6 +93,37 @@ struct Shard {
     slots: Vec<Cached>,
     /// xorshift state for picking a victim.
     rng: u64,
+    /// The node IDs whose fd had to be opened by handle and was not kept.
+    ghosts: Ghosts,
+}
+
+/// Node IDs (a 32-bit fingerprint of each) whose fd a request had to open by handle and the
+/// cache did not keep, in a direct-mapped table: recording one overwrites whatever inode held its
+/// slot, so it remembers recent misses, not all, in a fixed [`GHOSTS_PER_SHARD`] slots per shard
+/// (allocated at the first record; nothing while the cache keeps every fd). A fingerprint that
+/// matches another inode's only admits that inode's fd, which the capacity still bounds.
+#[derive(Default)]
+struct Ghosts(Vec<u32>);
+
+impl Ghosts {
+    fn slot(nodeid: u64) -> (usize, u32) {
+        // The high bits of a multiplicative hash: independent of the shard's low bits.
+        let i = (nodeid.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % GHOSTS_PER_SHARD;
+        (i, ((nodeid ^ (nodeid >> 32)) as u32).max(1))
+    }
+
+    fn contains(&self, nodeid: u64) -> bool {
+        let (i, print) = Ghosts::slot(nodeid);
+        self.0.get(i) == Some(&print)
+    }
+
+    fn record(&mut self, nodeid: u64) {
+        if self.0.is_empty() {
+            self.0 = vec![0; GHOSTS_PER_SHARD];
+        }
+        let (i, print) = Ghosts::slot(nodeid);
+        self.0[i] = print;
+    }
 }
 
 impl Shard {
@@ -119,7 +168,10 @@ struct Shared {
 
 pub struct FdCache {
     shared: Arc<Shared>,
+    /// Slots per shard, and of them those for any inode ([`FIRST_USE`]); the others are for
+    /// inodes the guest comes back to.
     per_shard: usize,
+    first_use_per_shard: usize,
     budget: Arc<FdBudget>,
     /// The reaper thread, started by the first insert (so it runs confined like the request
     /// threads, which start after the sandbox is in force).
@@ -149,6 +201,7 @@ impl FdCache {
                 reaper_idle: AtomicBool::new(false),
             }),
             per_shard: capacity / SHARDS,
+            first_use_per_shard: capacity.min(FIRST_USE) / SHARDS,
             budget,
             reaper: OnceLock::new(),
             lookups: Striped::default(),
@@ -165,6 +218,13 @@ impl FdCache {
         self.per_shard * SHARDS
     }
 
+    /// Whether `shard` keeps a new fd for `nodeid`: below [`FIRST_USE`] for any inode, up to
+    /// the capacity for one the guest came back to.
+    fn admits(&self, shard: &Shard, nodeid: u64) -> bool {
+        let n = shard.slots.len();
+        n < self.first_use_per_shard || (n < self.per_shard && shard.ghosts.contains(nodeid))
+    }
+
     /// How many fds it holds.
     pub fn len(&self) -> usize {
         self.shared.len()
@@ -176,13 +236,19 @@ impl FdCache {
 
     /// The cached fd of `nodeid`, if any.
     pub fn get(&self, nodeid: u64) -> Option<Arc<OwnedFd>> {
-        self.get_or_room(nodeid).ok()
+        self.find(nodeid, false).ok()
     }
 
     /// The cached fd of `nodeid`, or on a miss whether its shard has room for one (see
-    /// [`FdCache::has_room`]): a caller that opens the fd then caches it only if so, and
-    /// otherwise spares the insert's lock and the `Arc`.
+    /// [`FdCache::has_room`]), for a caller that then opens the fd by handle: it caches it only
+    /// if so, and otherwise spares the insert's lock and the `Arc`. Such a miss without room is
+    /// remembered ([`Ghosts`]): the inode's next one finds room if the cache has any.
     pub fn get_or_room(&self, nodeid: u64) -> Result<Arc<OwnedFd>, bool> {
+        self.find(nodeid, true)
+    }
+
+    /// [`FdCache::get_or_room`]; a miss without room is remembered only if `remember`.
+    fn find(&self, nodeid: u64, remember: bool) -> Result<Arc<OwnedFd>, bool> {
         let found = {
             let mut shard = lock(&self.shared.shards[shard_of(nodeid)]);
             match shard.index.get(&nodeid).copied() {
@@ -191,7 +257,13 @@ impl FdCache {
                     slot.referenced = true;
                     Ok(Arc::clone(&slot.fd))
                 }
-                None => Err(self.per_shard > shard.slots.len()),
+                None => {
+                    let room = self.admits(&shard, nodeid);
+                    if !room && remember && self.per_shard > self.first_use_per_shard {
+                        shard.ghosts.record(nodeid);
+                    }
+                    Err(room)
+                }
             }
         };
         self.lookups.add(usize::from(found.is_err()), 1);
@@ -206,7 +278,7 @@ impl FdCache {
             return false;
         }
         let shard = lock(&self.shared.shards[shard_of(nodeid)]);
-        shard.slots.len() < self.per_shard && !shard.index.contains_key(&nodeid)
+        self.admits(&shard, nodeid) && !shard.index.contains_key(&nodeid)
     }
 
     /// Caches `fd` for `nodeid` if its shard has room and the budget an fd for it; else (a
@@ -221,7 +293,7 @@ impl FdCache {
                 shard.slots[i].referenced = true;
                 Some(std::mem::replace(&mut shard.slots[i].fd, fd))
             } else {
-                let fresh = if shard.slots.len() < self.per_shard {
+                let fresh = if self.admits(&shard, nodeid) {
                     self.budget.try_take()
                 } else {
                     None
@@ -333,6 +405,7 @@ impl FdCache {
             let old = {
                 let mut shard = lock(s);
                 shard.index.clear();
+                shard.ghosts = Ghosts::default();
                 std::mem::take(&mut shard.slots)
             };
             drop(old);

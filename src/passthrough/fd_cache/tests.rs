@@ -156,3 +156,85 @@ fn a_miss_says_whether_its_shard_has_room() {
     );
     assert!(!off.has_room(a));
 }
+
+/// Node IDs of one shard, `n` of them.
+fn one_shard(n: usize) -> Vec<u64> {
+    let ids: Vec<u64> = (1..)
+        .map(|k: u64| k << 4)
+        .filter(|&id| shard_of(id) == 0)
+        .take(n)
+        .collect();
+    assert_eq!(ids.len(), n);
+    ids
+}
+
+#[test]
+fn beyond_the_first_use_slots_only_an_inode_that_missed_before_is_kept() {
+    let budget = FdBudget::new(100_000);
+    let c = FdCache::new(Arc::clone(&budget), DEFAULT_SIZE);
+    assert_eq!(c.capacity(), DEFAULT_SIZE);
+    let first = FIRST_USE / SHARDS;
+    let ids = one_shard(first + 2);
+    for &id in &ids[..first] {
+        assert_eq!(c.get_or_room(id).err(), Some(true));
+        c.insert(id, fd());
+    }
+    let (a, b) = (ids[first], ids[first + 1]);
+    // A lookup's `get` and `has_room` do not count as coming back.
+    assert!(c.get(a).is_none() && !c.has_room(a));
+    c.insert(a, fd());
+    assert!(
+        c.get(a).is_none(),
+        "a first use beyond the first-use slots is not kept"
+    );
+    // A miss that opens the fd by handle is remembered: the next one finds room.
+    assert_eq!(c.get_or_room(a).err(), Some(false));
+    assert!(c.has_room(a) && !c.has_room(b));
+    assert_eq!(c.get_or_room(a).err(), Some(true));
+    c.insert(a, fd());
+    assert!(c.get(a).is_some());
+    c.insert(b, fd());
+    assert!(c.get(b).is_none(), "b never missed");
+    assert_eq!(budget.in_use(), first + 1);
+    // A new session forgets what came back.
+    c.clear();
+    assert_eq!(c.get_or_room(ids[0]).err(), Some(true));
+}
+
+#[test]
+fn a_walk_that_uses_each_inode_once_keeps_to_the_first_use_slots() {
+    let budget = FdBudget::new(100_000);
+    let c = FdCache::new(Arc::clone(&budget), DEFAULT_SIZE);
+    // The Windows walk's pattern: each inode missed once, by handle, then never again.
+    for id in (1..=20_000u64).map(|n| n << 4) {
+        if c.get_or_room(id).err() == Some(true) {
+            c.insert(id, fd());
+        }
+    }
+    assert!(c.len() <= FIRST_USE, "{} fds for a walk", c.len());
+    assert_eq!(budget.in_use(), c.len());
+}
+
+#[test]
+fn a_sweep_larger_than_the_first_use_slots_hits_from_its_third_pass() {
+    let budget = FdBudget::new(100_000);
+    let c = FdCache::new(Arc::clone(&budget), DEFAULT_SIZE);
+    let ids: Vec<u64> = (1..=10_000u64).map(|n| n << 4).collect();
+    let mut hits = [0usize; 4];
+    for pass in &mut hits {
+        for &id in &ids {
+            match c.get_or_room(id) {
+                Ok(_) => *pass += 1,
+                Err(true) => c.insert(id, fd()),
+                Err(false) => {}
+            }
+        }
+        assert!(c.len() <= c.capacity());
+    }
+    // Pass 1 keeps the first-use slots' worth, pass 2 admits what missed in pass 1 (all but
+    // the ghosts another inode of the sweep overwrote), passes 3 and 4 hit nearly everything.
+    assert!(hits[1] >= FIRST_USE * 9 / 10, "{hits:?}");
+    assert!(hits[2] >= ids.len() * 8 / 10, "{hits:?}");
+    assert!(hits[3] >= ids.len() * 9 / 10, "{hits:?}");
+    assert_eq!(budget.in_use(), c.len());
+}
