@@ -64,7 +64,7 @@ pub const DEFAULT_SIZE: usize = 16_384;
 pub const FIRST_USE: usize = 960;
 
 /// Ghost entries per shard ([`Ghosts`]): 16 × 4,096 in all, 256 KiB once every one is written,
-/// about 6 times the node IDs a full default cache holds beyond [`FIRST_USE`], so that most of a
+/// about 4 times the node IDs a full default cache holds beyond [`FIRST_USE`], so that most of a
 /// sweep as large as the cache finds its ghosts (a slot is overwritten by another inode of the
 /// sweep with probability 1 - e^(-n/65,536): 14 % for n = 10,000).
 const GHOSTS_PER_SHARD: usize = 4096;
@@ -108,7 +108,7 @@ struct Ghosts(Vec<u32>);
 impl Ghosts {
     fn slot(nodeid: u64) -> (usize, u32) {
         // The high bits of a multiplicative hash: independent of the shard's low bits.
-        let i = (nodeid.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % GHOSTS_PER_SHARD;
+        let i = (nodeid.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % GHOSTS_PER_SHARD;
         (i, ((nodeid ^ (nodeid >> 32)) as u32).max(1))
     }
 
