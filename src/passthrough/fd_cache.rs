@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use super::fd_budget::{FdBudget, FdToken};
 use super::inode_table::SHARD_BITS;
-use super::own_ids::OwnIdMap;
+use super::own_ids::{own_id_hash, OwnIdMap};
 use crate::metrics::striped::Striped;
 use crate::sync::lock;
 
@@ -107,8 +107,8 @@ struct Ghosts(Vec<u32>);
 
 impl Ghosts {
     fn slot(nodeid: u64) -> (usize, u32) {
-        // The high bits of a multiplicative hash: independent of the shard's low bits.
-        let i = (nodeid.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % GHOSTS_PER_SHARD;
+        // Node IDs' own hash (its low bits carry the product's high ones), not the shard's bits.
+        let i = own_id_hash(nodeid) as usize % GHOSTS_PER_SHARD;
         (i, ((nodeid ^ (nodeid >> 32)) as u32).max(1))
     }
 

@@ -14,6 +14,14 @@ pub(super) type OwnIdMap<V> = HashMap<u64, V, BuildHasherDefault<OwnIdHasher>>;
 #[derive(Default)]
 pub(super) struct OwnIdHasher(u64);
 
+/// [`OwnIdHasher`]'s hash of one of the daemon's own numbers, for a table that is no map (the
+/// fd cache's ghosts).
+pub(super) fn own_id_hash(n: u64) -> u64 {
+    let mut h = OwnIdHasher::default();
+    h.write_u64(n);
+    h.finish()
+}
+
 impl Hasher for OwnIdHasher {
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
