@@ -119,6 +119,18 @@ log "initramfs built in $(elapsed "$t0" "$(now)") s"
 log "daemon: ${daemon[*]} ($("${daemon[0]}" --version 2>/dev/null | head -n1 || echo 'version unknown'))"
 
 summary=()
+# harness_failure LOGDIR: why run-guest.sh gave up (timeout, daemon exit, QEMU error) and the
+# last lines of the console and the daemon log, as "; REASON; console: LINE; daemon: LINE", for
+# the summary line: CI shows only the end of the output.
+harness_failure() {
+  local why con dmn
+  why=$(grep -o 'run-guest: FAIL: .*' "$1/run-guest.out" 2>/dev/null | tail -n1 | cut -c18-) || true
+  con=$(tr -d '\r' < "$1/console.log" 2>/dev/null | grep -v '^ *$' | tail -n1 | cut -c1-160) || true
+  dmn=$(grep -v '^ *$' "$1/daemon.log" 2>/dev/null | tail -n1 | cut -c1-200) || true
+  [ -z "$why" ] || printf '; %s' "$why"
+  [ -z "$con" ] || printf '; console: %s' "$con"
+  [ -z "$dmn" ] || printf '; daemon: %s' "$dmn"
+}
 # run_case NAME EXPECT CMD...   EXPECT: pass | fail-ls (guest must fail the big-directory checks and nothing else)
 # CASE_INITRAMFS=FILE: boot that initramfs instead (its own guest script); then CASE_HOST=0 skips
 # host-fs-test.sh (the guest gets an empty share and the host verifies nothing), unless
@@ -167,7 +179,7 @@ run_case() {
         grep '^FAIL' "$logs/host-verify.out" || true
         if [ "$verify_rc" -eq 0 ]; then verdict=PASS; else verdict="FAIL(host verify: $verify_rc failed)"; fi
       else
-        verdict="FAIL(guest: ${rc:-no result})"
+        verdict="FAIL(guest: ${rc:-no result}$(harness_failure "$logs"))"
       fi ;;
     fail-ls)
       local bad

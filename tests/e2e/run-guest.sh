@@ -178,8 +178,13 @@ while kill -0 "$qemu_pid" 2>/dev/null; do
   sleep 0.1
 done
 if [ -n "$timed_out" ]; then
+  # Where the daemon's threads wait (a request stuck in the host, or all idle: the guest hung).
+  threads=$(for t in $(pgrep -g "$daemon_pid" | sed 's|.*|/proc/&/task/*|'); do
+    printf '%s:%s:%s ' "$(cat "$t/comm" 2>/dev/null)" "$(sed 's/.*) //; s/ .*//' "$t/stat" 2>/dev/null)" \
+      "$(cat "$t/wchan" 2>/dev/null)"
+  done)
   stop "$qemu_pid" qemu; qemu_pid=
-  fail 3 "timeout: guest did not power off within ${timeout_s}s"
+  fail 3 "timeout: guest did not power off within ${timeout_s}s (daemon threads: ${threads% })"
 fi
 qemu_st=0; wait "$qemu_pid" || qemu_st=$?; qemu_pid=
 t_end=$(now)
