@@ -124,8 +124,9 @@ summary=()
 # the summary line: CI shows only the end of the output.
 harness_failure() {
   local why con dmn
-  why=$(grep -o 'run-guest: FAIL: .*' "$1/run-guest.out" 2>/dev/null | tail -n1 | cut -c18-) || true
-  con=$(tr -d '\r' < "$1/console.log" 2>/dev/null | grep -v '^ *$' | tail -n1 | cut -c1-160) || true
+  why=$(sed -n 's/^run-guest: FAIL: //p' "$1/run-guest.out" 2>/dev/null | tail -n1) || true
+  # stderr first: a console log that was never written (no QEMU) is no error here.
+  con=$(tr -d '\r' 2>/dev/null < "$1/console.log" | grep -v '^ *$' | tail -n1 | cut -c1-160) || true
   dmn=$(grep -v '^ *$' "$1/daemon.log" 2>/dev/null | tail -n1 | cut -c1-200) || true
   [ -z "$why" ] || printf '; %s' "$why"
   [ -z "$con" ] || printf '; console: %s' "$con"
