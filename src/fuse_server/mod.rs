@@ -14,6 +14,7 @@ pub mod init;
 mod migration;
 mod ops;
 mod reply;
+mod stats;
 
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,8 +26,9 @@ use vm_memory::{ByteValued, GuestMemory};
 use abi::*;
 use chain::{Reader, Writer};
 use reply::{einval, errno_of};
+use stats::slot_of;
+pub use stats::{slot_name, OpStats, ServerMetrics, OP_SLOTS};
 
-use crate::metrics::requests::{RequestMetrics, RequestSnapshot};
 use crate::option_values::option_values;
 use crate::passthrough::{Context, PassthroughFs};
 
@@ -77,24 +79,6 @@ impl Default for ServerOptions {
             writeback: false,
             killpriv_v2: false,
         }
-    }
-}
-
-/// Counter slots: one per opcode number up to FUSE_MAX_OPCODE, then one for everything else.
-const UNKNOWN_SLOT: usize = FUSE_MAX_OPCODE as usize + 1;
-/// How many counter slots [`ServerMetrics`] has.
-pub const OP_SLOTS: usize = UNKNOWN_SLOT + 1;
-
-/// Requests, errors, data bytes and latency per opcode slot (see [`slot_name`]).
-pub type ServerMetrics = RequestMetrics<OP_SLOTS>;
-
-/// The opcode name (as in the kernel's `fuse_opcode`, without `FUSE_`) of a counter slot, or
-/// `None` for a slot no opcode uses; the last slot is "UNKNOWN".
-pub fn slot_name(slot: usize) -> Option<&'static str> {
-    if slot == UNKNOWN_SLOT {
-        Some("UNKNOWN")
-    } else {
-        opcode_name(u32::try_from(slot).ok()?)
     }
 }
 
@@ -169,23 +153,6 @@ pub struct FuseServer {
     negotiated: AtomicU64,
 }
 
-/// What [`FuseServer::stats`] reports for one opcode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OpStats {
-    pub name: &'static str,
-    /// Requests seen.
-    pub count: u64,
-    /// Data bytes moved (READ and WRITE payloads; 0 for other opcodes).
-    pub bytes: u64,
-}
-
-fn slot_of(opcode: u32) -> usize {
-    match opcode_name(opcode) {
-        Some(_) => opcode as usize,
-        None => UNKNOWN_SLOT,
-    }
-}
-
 /// The reply length of a request whose success makes the guest hold a node ID (entry replies)
 /// or a file handle (open replies).
 fn state_reply_len(opcode: u32) -> Option<usize> {
@@ -246,34 +213,6 @@ impl FuseServer {
     pub fn serve_request<S: BitmapSlice>(&self, request: Request<'_, S>) -> u32 {
         self.handle(request.reader, request.writer)
     }
-    /// The request metrics, for a snapshot.
-    pub fn metrics(&self) -> &ServerMetrics {
-        &self.metrics
-    }
-
-    /// Requests and data bytes per opcode, for opcodes seen at least once, in opcode order;
-    /// requests with an opcode we do not know are counted as "UNKNOWN".
-    pub fn stats(&self) -> Vec<OpStats> {
-        let RequestSnapshot { ops, .. } = self.metrics.snapshot();
-        ops.iter()
-            .enumerate()
-            .filter_map(|(slot, op)| {
-                let name = slot_name(slot)?;
-                (op.count > 0).then_some(OpStats {
-                    name,
-                    count: op.count,
-                    bytes: op.bytes,
-                })
-            })
-            .collect()
-    }
-
-    /// Logs [`Self::stats`] at debug level, one line per opcode.
-    pub fn log_stats(&self) {
-        for s in self.stats() {
-            log::debug!("stats: {} count={} bytes={}", s.name, s.count, s.bytes);
-        }
-    }
 
     /// The umask the filesystem must apply for a MKNOD/MKDIR/CREATE/TMPFILE carrying `umask`:
     /// `Some` only with FUSE_DONT_MASK, where the guest kernel no longer applies it itself.
@@ -286,11 +225,6 @@ impl FuseServer {
     /// still sets FUSE_WRITE_KILL_SUIDGID on direct writes).
     fn kill_privs(&self, flag: u32) -> bool {
         flag != 0 && self.killpriv_v2.load(Ordering::Acquire)
-    }
-
-    /// Adds `n` data bytes to a (known) opcode's counter.
-    fn count_bytes(&self, opcode: u32, n: usize) {
-        self.metrics.add_bytes(slot_of(opcode), n as u64);
     }
 
     /// Serves one request and records it (a request whose header cannot be read is not).
