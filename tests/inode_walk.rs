@@ -1,7 +1,7 @@
 //! The "Windows guest" walk: 100,000 files in one directory, READDIRPLUS over all of it, then
 //! LOOKUP + GETATTR of every entry, and never a FORGET. With file handles (prefer, mandatory)
 //! the daemon must hold no fd per inode: during the walk at most 1,024 fds in all (its fd cache
-//! keeps at most 896 for inodes the guest does not come back to, and a walk comes back to none
+//! keeps at most 832 for inodes the guest does not come back to, and a walk comes back to none
 //! but the directory's), after 2 s idle at most 64 (a cached fd closes 1 s after
 //! the guest last used its inode), and the guest can still open files up to its whole fd
 //! budget; with O_PATH fds (never) and a small fd limit the guest gets ENFILE once its budget

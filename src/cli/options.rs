@@ -192,7 +192,7 @@ pub(super) struct Opt {
     pub(super) rlimit_nofile: Option<u64>,
 
     /// With file handles: how many O_PATH fds of inodes the guest uses to keep open (at most
-    /// half the fd budget; beyond the first 896 only for inodes the guest comes back to; each
+    /// half the fd budget; beyond the first 832 only for inodes the guest comes back to; each
     /// closes 1 s after the guest last used its inode; 0: none) [vhostfs only]
     #[arg(long = "fd-cache-size", value_name = "N", default_value_t = crate::passthrough::fd_cache::DEFAULT_SIZE)]
     pub(super) fd_cache_size: usize,
