@@ -12,6 +12,25 @@ impl FuseClient {
         Ok(from_bytes(&body, "OPENDIR"))
     }
 
+    /// READDIR or READDIRPLUS (`opcode`) from `offset` with `size` bytes of reply space: the
+    /// reply's body.
+    fn listing(
+        &self,
+        opcode: u32,
+        nodeid: u64,
+        fh: u64,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, i32> {
+        let inp = ReadIn {
+            fh,
+            offset,
+            size,
+            ..Default::default()
+        };
+        self.raw(opcode, nodeid, inp.as_slice(), HDR + size as usize)
+    }
+
     /// READDIR from `offset` with `size` bytes of reply space.
     pub fn readdir(
         &self,
@@ -20,14 +39,13 @@ impl FuseClient {
         offset: u64,
         size: u32,
     ) -> Result<Vec<DirEntry>, i32> {
-        let inp = ReadIn {
+        Ok(parse_readdir(&self.listing(
+            FUSE_READDIR,
+            nodeid,
             fh,
             offset,
             size,
-            ..Default::default()
-        };
-        let body = self.raw(FUSE_READDIR, nodeid, inp.as_slice(), HDR + size as usize)?;
-        Ok(parse_readdir(&body))
+        )?))
     }
 
     /// READDIRPLUS from `offset` with `size` bytes of reply space.
@@ -38,18 +56,7 @@ impl FuseClient {
         offset: u64,
         size: u32,
     ) -> Result<Vec<DirEntryPlus>, i32> {
-        let inp = ReadIn {
-            fh,
-            offset,
-            size,
-            ..Default::default()
-        };
-        let body = self.raw(
-            FUSE_READDIRPLUS,
-            nodeid,
-            inp.as_slice(),
-            HDR + size as usize,
-        )?;
+        let body = self.listing(FUSE_READDIRPLUS, nodeid, fh, offset, size)?;
         Ok(parse_readdirplus(&body))
     }
 
