@@ -10,6 +10,7 @@
 mod common;
 
 use std::fs;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -202,5 +203,120 @@ fn an_unprivileged_daemon_gives_its_own_group() {
     assert_eq!(
         (m.uid(), m.gid(), m.mode() & 0o7777),
         (NOBODY, NOBODY, 0o770)
+    );
+}
+
+/// The events inotify reports for names created or moved into `dir` while `run` runs, as
+/// (mask, name), in order.
+fn dir_events(dir: &Path, run: impl FnOnce()) -> Vec<(u32, String)> {
+    // SAFETY: no pointers; the flags are valid.
+    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+    assert!(
+        fd >= 0,
+        "inotify_init1: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: we own the new fd; it is closed on drop.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let cdir = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `cdir` is a C string that outlives the call.
+    let wd = unsafe {
+        libc::inotify_add_watch(
+            fd.as_raw_fd(),
+            cdir.as_ptr(),
+            libc::IN_CREATE | libc::IN_MOVED_TO,
+        )
+    };
+    assert!(
+        wd >= 0,
+        "inotify_add_watch: {}",
+        std::io::Error::last_os_error()
+    );
+    run();
+    let mut events = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    // SAFETY: `buf` is writable for its length; the fd is non-blocking.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    let header = std::mem::size_of::<libc::inotify_event>();
+    let mut at = 0;
+    while n > 0 && at + header <= n as usize {
+        // SAFETY: the kernel wrote a whole event at `at`; read_unaligned copes with the bytes.
+        let ev: libc::inotify_event =
+            unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+        let name = &buf[at + header..at + header + ev.len as usize];
+        let name = name.split(|&b| b == 0).next().unwrap_or_default();
+        events.push((ev.mask, String::from_utf8_lossy(name).into_owned()));
+        at += header + ev.len as usize;
+    }
+    events
+}
+
+/// The socket appears at its path already listening: bound under a staging name and renamed into
+/// place after listen(), so a frontend started the moment the file exists (a launcher that polls
+/// for it, as the e2e harness does) is never refused with ECONNREFUSED. It is created, not
+/// renamed, under the staging name (`PATH.PID`, beside the pid file `PATH.pid`), and nothing of
+/// that name stays.
+#[test]
+fn the_socket_appears_at_its_path_already_listening() {
+    let (sock_dir, shared) = (
+        open_dir("sgroup-sock"),
+        TempDir::new("sgroup-shared").unwrap(),
+    );
+    let socket = sock_dir.join("vfs.sock");
+    let mut daemon = None;
+    let events = dir_events(sock_dir.path(), || {
+        daemon = Some(spawn_vhostfs(&socket, shared.path(), &["--log-level=error"]).unwrap());
+    });
+    let at_path: Vec<u32> = events
+        .iter()
+        .filter(|(_, name)| name == "vfs.sock")
+        .map(|(mask, _)| *mask)
+        .collect();
+    assert_eq!(at_path, [libc::IN_MOVED_TO], "events: {events:?}");
+    let staged: Vec<&String> = events
+        .iter()
+        .filter(|(mask, _)| mask & libc::IN_CREATE != 0)
+        .map(|(_, name)| name)
+        .filter(|name| {
+            name.strip_prefix("vfs.sock.")
+                .is_some_and(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect();
+    assert_eq!(staged.len(), 1, "events: {events:?}");
+    assert!(
+        !sock_dir.join(staged[0]).exists(),
+        "{} left behind",
+        staged[0]
+    );
+    serves(
+        TestGuest::connect(&socket, 1, 256, 16 << 20).unwrap(),
+        shared.path(),
+    );
+}
+
+/// A socket path too long for the staging name (107 bytes, the most `sun_path` takes) is bound
+/// in place, with the group all the same.
+#[test]
+fn a_socket_path_of_the_longest_length_works_with_a_group() {
+    let group = group_name(NOBODY);
+    let (sock_dir, shared) = (
+        open_dir("sgroup-sock"),
+        TempDir::new("sgroup-shared").unwrap(),
+    );
+    let dir_len = sock_dir.path().as_os_str().len() + 1;
+    assert!(
+        dir_len < 90,
+        "{}: too long for this test",
+        sock_dir.path().display()
+    );
+    let socket = sock_dir.join(&"s".repeat(107 - dir_len));
+    assert_eq!(socket.as_os_str().len(), 107);
+    let arg = format!("--socket-group={group}");
+    let _daemon = spawn_vhostfs(&socket, shared.path(), &["--log-level=error", &arg]).unwrap();
+    let m = fs::symlink_metadata(&socket).unwrap();
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (0, NOBODY, 0o770));
+    serves(
+        TestGuest::connect(&socket, 1, 256, 16 << 20).unwrap(),
+        shared.path(),
     );
 }

@@ -76,48 +76,52 @@ impl SocketGroup {
     }
 }
 
+/// The longest path a UNIX socket can be bound at: `sun_path` holds 108 bytes on Linux, and the
+/// standard library keeps one for the terminating NUL.
+const SUN_PATH_MAX: usize = 107;
+
 /// Binds and listens on `path`: mode 0700, or 0770 and `group` as its group.
 ///
-/// The socket appears at `path` only once it has its mode and group: with a group it is bound
-/// under a staging name beside `path`, given the group and renamed into place, so a member of
-/// the group never finds it there owned by our own group (and is never refused in that window).
+/// The socket appears at `path` only once it listens, with its mode and group: it is bound under
+/// a staging name beside `path` (`PATH.PID`), given the group and renamed into place. A frontend
+/// started as soon as the file exists (a launcher that polls for it) would otherwise find it
+/// bound but not yet listening and fail with ECONNREFUSED, and a member of the group would find
+/// it owned by our own group. Only a path too long for the staging name (over `SUN_PATH_MAX`
+/// bytes with it) is bound in place, with those two short windows.
 pub(super) fn bind_socket(
     path: &Path,
     group: Option<&SocketGroup>,
 ) -> Result<UnixListener, String> {
-    let staging = match group {
-        Some(_) => {
-            let mut name = path.as_os_str().to_os_string();
-            name.push(format!(".{}", std::process::id()));
-            PathBuf::from(name)
-        }
-        None => path.to_path_buf(),
-    };
+    let mut name = path.as_os_str().to_os_string();
+    name.push(format!(".{}", std::process::id()));
+    let staging = (name.len() <= SUN_PATH_MAX).then(|| PathBuf::from(name));
+    let at = staging.as_deref().unwrap_or(path);
     // The mode comes from the umask at bind time (not a chmod after), so the socket is never
     // connectable by more than it should be. The process umask is 0 otherwise.
     let old = umask(if group.is_some() { 0o007 } else { 0o077 });
-    let _ = fs::remove_file(&staging);
-    let bound = UnixListener::bind(&staging);
+    let _ = fs::remove_file(at);
+    let bound = UnixListener::bind(at);
     umask(old);
     let listener = bound.map_err(|e| format!("socket {}: {e}", path.display()))?;
-    if let Some(g) = group {
+    let placed = match group {
         // By path: a chown of the fd would change the socket, not the file QEMU connects to.
-        let placed = std::os::unix::fs::lchown(&staging, None, Some(g.gid))
-            .map_err(|e| {
-                format!(
-                    "socket {}: cannot give it the group {} (gid {}) of --socket-group: {e}",
-                    path.display(),
-                    g.name,
-                    g.gid
-                )
-            })
-            .and_then(|()| {
-                fs::rename(&staging, path).map_err(|e| format!("socket {}: {e}", path.display()))
-            });
-        if let Err(e) = placed {
-            let _ = fs::remove_file(&staging);
-            return Err(e);
-        }
+        Some(g) => std::os::unix::fs::lchown(at, None, Some(g.gid)).map_err(|e| {
+            format!(
+                "socket {}: cannot give it the group {} (gid {}) of --socket-group: {e}",
+                path.display(),
+                g.name,
+                g.gid
+            )
+        }),
+        None => Ok(()),
+    }
+    .and_then(|()| match &staging {
+        Some(s) => fs::rename(s, path).map_err(|e| format!("socket {}: {e}", path.display())),
+        None => Ok(()),
+    });
+    if let Err(e) = placed {
+        let _ = fs::remove_file(at);
+        return Err(e);
     }
     Ok(listener)
 }
