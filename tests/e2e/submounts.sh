@@ -427,6 +427,11 @@ boot() {
       fi
       sleep 0.1
     done
+    # QEMU gone on its own (poweroff, a refused socket, a crash): its status, and its last word.
+    if ! kill -0 "$qemu_pid" 2>/dev/null; then
+      st=0; wait "$qemu_pid" 2>/dev/null || st=$?
+      [ -n "$t_status" ] || note="QEMU exited with status $st: $(grep -v '^ *$' "$logs/qemu.log" | tail -n1 | cut -c1-200 || true)"
+    fi
     stop "$qemu_pid"; qemu_pid=''
     t_end=$(now)
     [ -z "$note" ] || log "$note"
@@ -476,6 +481,11 @@ boot() {
   timing+=" guest=$([ -n "$t_init" ] && elapsed "$t_init" "${t_status:-$t_end}" || echo -)s total=$(elapsed "$t0" "$t_end")s"
   log "boot $sb: $timing"
   tr -d '\r' < "$logs/console.log" > "$logs/console.txt"
+  # For a configuration without a result (CI keeps only the end of the output, where the summary
+  # is): the boot's timing and the console's last line.
+  local last
+  last=$(grep -v '^ *$' "$logs/console.txt" | tail -n1 | cut -c1-160 || true)
+  note+="${note:+; }$timing${last:+; console: $last}"
 
   # ---- verdict per configuration ----
   for tag in "${tags[@]}"; do
