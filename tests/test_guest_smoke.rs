@@ -412,3 +412,21 @@ fn threads_share_a_queue() {
         t.join().unwrap();
     }
 }
+
+/// `Daemon::spawn` returns only once the socket listens: a daemon that binds, waits half a
+/// second and then listens (as virtiofsd does for a moment) is connectable when it returns.
+#[test]
+fn spawn_waits_until_the_socket_listens() {
+    let dir = TempDir::new("guest-smoke-listen").unwrap();
+    let socket = dir.join("late.sock");
+    let script = "import socket, sys, time\n\
+                  s = socket.socket(socket.AF_UNIX)\n\
+                  s.bind(sys.argv[1])\n\
+                  time.sleep(0.5)\n\
+                  s.listen(1)\n\
+                  time.sleep(30)\n";
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg("-c").arg(script).arg(&socket);
+    let _daemon = Daemon::spawn(&mut cmd, &socket).expect("spawn");
+    std::os::unix::net::UnixStream::connect(&socket).expect("connect once spawn returned");
+}

@@ -15,14 +15,16 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Spawn `cmd` and wait (up to 10 s) until `socket` exists; fails if the process exits first.
+    /// Spawn `cmd` and wait (up to 10 s) until `socket` exists and is not bound without
+    /// listening (virtiofsd's socket file exists a moment before it listens, and a connect in
+    /// that window is refused); fails if the process exits first.
     pub fn spawn(cmd: &mut Command, socket: &Path) -> io::Result<Daemon> {
         let child = cmd
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("spawn {:?}: {e}", cmd.get_program())))?;
         let mut daemon = Daemon { child };
         let deadline = Instant::now() + SOCKET_TIMEOUT;
-        while !socket.exists() {
+        while !socket.exists() || bound_not_listening(socket) {
             if let Some(status) = daemon.child.try_wait()? {
                 return Err(io::Error::other(format!(
                     "{:?} exited with {status} before creating {}",
@@ -95,6 +97,32 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether /proc/net/unix lists a socket bound at `socket` that does not listen yet, and none
+/// that listens there. A socket it does not list (one of another network namespace) counts as
+/// listening: nothing to wait for. Connections (state other than unconnected) are left out.
+fn bound_not_listening(socket: &Path) -> bool {
+    /// `__SO_ACCEPTCON` in the Flags column: the socket listens.
+    const ACCEPTCON: u32 = 0x0001_0000;
+    /// `SS_UNCONNECTED` in the St column.
+    const UNCONNECTED: &str = "01";
+    let Ok(table) = fs::read_to_string("/proc/net/unix") else {
+        return false;
+    };
+    let (mut bound, mut listening) = (false, false);
+    for line in table.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 8 || Path::new(fields[7]) != socket || fields[5] != UNCONNECTED {
+            continue;
+        }
+        match u32::from_str_radix(fields[3], 16) {
+            Ok(flags) if flags & ACCEPTCON != 0 => listening = true,
+            Ok(_) => bound = true,
+            Err(_) => {}
+        }
+    }
+    bound && !listening
 }
 
 /// Wait up to `timeout` for `child` to exit; returns its status if it did.
