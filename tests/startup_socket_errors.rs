@@ -102,6 +102,26 @@ fn socket_path_of_a_running_vhostfs() {
     );
 }
 
+/// A running vhostfs whose pid file someone removed still keeps its socket: its listener is
+/// found under the name it was bound at (`PATH.PID`, renamed to `PATH` once listening).
+#[test]
+fn socket_path_of_a_running_vhostfs_without_its_pid_file() {
+    let shared = TempDir::new("start-err-shared").unwrap();
+    let dir = TempDir::new("start-err").unwrap();
+    let socket = dir.join("vm.sock");
+    let _first = spawn_vhostfs(&socket, shared.path(), &[]).unwrap();
+    std::fs::remove_file(dir.join("vm.sock.pid")).unwrap();
+    let message = refused_socket_path(&socket);
+    assert_eq!(
+        message,
+        format!(
+            "vhostfs: error: socket {}: in use, a live process is listening on it (another \
+             vhostfs or virtiofsd?)",
+            socket.display()
+        )
+    );
+}
+
 #[test]
 fn socket_path_is_a_regular_file() {
     let dir = TempDir::new("start-err").unwrap();

@@ -168,23 +168,31 @@ fn check_listening(fd: RawFd, what: &str) -> Result<(), String> {
 }
 
 /// Whether some process listens on the UNIX socket bound at `path`, from /proc/net/unix (a
-/// connect() would do, but would take the one connection a vhost-user daemon serves).
+/// connect() would do, but would take the one connection a vhost-user daemon serves). A socket
+/// [`bind_socket`] made is listed under its staging name, `PATH.PID`.
 fn is_listening_at(path: &Path) -> bool {
     const SO_ACCEPTCON_FLAG: u32 = 0x0001_0000;
     let Ok(table) = fs::read_to_string("/proc/net/unix") else {
         return false;
     };
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let names = |bound: &str| -> bool {
+        [path, absolute.as_path()].iter().any(|p| {
+            let p = p.as_os_str().as_encoded_bytes();
+            let bound = bound.as_bytes();
+            bound == p
+                || bound.strip_prefix(p).is_some_and(|rest| {
+                    rest.len() > 1 && rest[0] == b'.' && rest[1..].iter().all(u8::is_ascii_digit)
+                })
+        })
+    };
     table.lines().skip(1).any(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         let listening = fields
             .get(3)
             .and_then(|f| u32::from_str_radix(f, 16).ok())
             .is_some_and(|flags| flags & SO_ACCEPTCON_FLAG != 0);
-        listening
-            && fields
-                .get(7)
-                .is_some_and(|p| Path::new(p) == path || Path::new(p) == absolute)
+        listening && fields.get(7).is_some_and(|bound| names(bound))
     })
 }
 
