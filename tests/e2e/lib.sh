@@ -5,6 +5,16 @@
 now() { echo "${EPOCHREALTIME/,/.}"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
+# socket_ready PATH: PATH is a socket and listens. A daemon's socket file can exist a moment
+# before it listens (virtiofsd's does; vhostfs renames its socket into place once it listens),
+# and a QEMU started in that moment is refused and exits. A socket /proc/net/unix does not list
+# under PATH (bound under another name, or in another network namespace) counts as listening.
+socket_ready() {
+  [ -S "$1" ] || return 1
+  awk -v p="$1" '$8 == p && $6 == "01" { if ($4 == "00010000") l = 1; else b = 1 }
+    END { exit (b && !l) }' /proc/net/unix
+}
+
 # stop PID [NAME]: SIGTERM, wait up to 5 s, then SIGKILL (said with log); reaps it. Only ever
 # signals the given pid.
 stop() {

@@ -122,7 +122,7 @@ start_daemon() {
   echo "${cmd[*]}" > "$dir/daemon-$n.cmd"
   spawn "$dir/daemon-$n.log" "${cmd[@]}"
   dpid=$spawned
-  wait_for 30 test -S "$dir/fs-$n.sock" || return 1
+  wait_for 30 socket_ready "$dir/fs-$n.sock" || return 1
 }
 # start_qemu DIR N [INCOMING-URI]: QEMU N on daemon N's socket, QMP on DIR/qmp-N.sock; sets $qpid
 start_qemu() {

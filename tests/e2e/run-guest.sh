@@ -131,7 +131,7 @@ t_daemon=$(now)
 setsid "${daemon_cmd[@]}" "${dargs[@]}" > "$dlog" 2>&1 < /dev/null &
 daemon_pid=$!
 for _ in $(seq 300); do
-  [ -S "$sock" ] && break
+  socket_ready "$sock" && break
   kill -0 "$daemon_pid" 2>/dev/null || break
   sleep 0.1
 done
@@ -140,7 +140,7 @@ if ! kill -0 "$daemon_pid" 2>/dev/null; then
   stop_group "$daemon_pid"; daemon_pid=''
   fail 2 "daemon exited (status $st) before QEMU connected"
 fi
-[ -S "$sock" ] || fail 2 "daemon did not create $sock within 30 s"
+socket_ready "$sock" || fail 2 "daemon did not create $sock (or it did not listen) within 30 s"
 t_sock=$(now)
 
 # ---- QEMU --------------------------------------------------------------------------------------

@@ -381,14 +381,14 @@ boot() {
   for _ in $(seq 300); do
     local all=1
     for tag in "${tags[@]}"; do
-      [ -S "$work/$tag.sock" ] || { kill -0 "${dpid[$tag]}" 2>/dev/null && all=''; }
+      socket_ready "$work/$tag.sock" || { kill -0 "${dpid[$tag]}" 2>/dev/null && all=''; }
     done
     [ -z "$all" ] || break
     sleep 0.1
   done
   t_sock=$(now)
   for tag in "${tags[@]}"; do
-    if [ -S "$work/$tag.sock" ] && kill -0 "${dpid[$tag]}" 2>/dev/null; then
+    if socket_ready "$work/$tag.sock" && kill -0 "${dpid[$tag]}" 2>/dev/null; then
       live+=("$tag")
       qargs+=(-chardev "socket,id=c$i,path=$work/$tag.sock" -device "vhost-user-fs-pci,queue-size=1024,chardev=c$i,tag=$tag")
       i=$((i + 1))
