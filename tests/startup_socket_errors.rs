@@ -63,20 +63,22 @@ fn fd_not_a_stream_socket() {
     );
 }
 
+/// The error for a socket path some live process listens on.
+fn in_use(socket: &std::path::Path) -> String {
+    format!(
+        "vhostfs: error: socket {}: in use, a live process is listening on it (another vhostfs \
+         or virtiofsd?)",
+        socket.display()
+    )
+}
+
 #[test]
 fn socket_path_with_a_live_listener() {
     let dir = TempDir::new("start-err").unwrap();
     let socket = dir.join("vm.sock");
     let _listener = UnixListener::bind(&socket).unwrap();
     let message = refused_socket_path(&socket);
-    assert_eq!(
-        message,
-        format!(
-            "vhostfs: error: socket {}: in use, a live process is listening on it (another \
-             vhostfs or virtiofsd?)",
-            socket.display()
-        )
-    );
+    assert_eq!(message, in_use(&socket));
 }
 
 #[test]
@@ -112,14 +114,7 @@ fn socket_path_of_a_running_vhostfs_without_its_pid_file() {
     let _first = spawn_vhostfs(&socket, shared.path(), &[]).unwrap();
     std::fs::remove_file(dir.join("vm.sock.pid")).unwrap();
     let message = refused_socket_path(&socket);
-    assert_eq!(
-        message,
-        format!(
-            "vhostfs: error: socket {}: in use, a live process is listening on it (another \
-             vhostfs or virtiofsd?)",
-            socket.display()
-        )
-    );
+    assert_eq!(message, in_use(&socket));
 }
 
 #[test]
