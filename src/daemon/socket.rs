@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use vhost::vhost_user::Listener;
 
@@ -86,23 +86,47 @@ const SUN_PATH_MAX: usize = 107;
 /// a staging name beside `path` (`PATH.PID`), given the group and renamed into place. A frontend
 /// started as soon as the file exists (a launcher that polls for it) would otherwise find it
 /// bound but not yet listening and fail with ECONNREFUSED, and a member of the group would find
-/// it owned by our own group. Only a path too long for the staging name (over `SUN_PATH_MAX`
-/// bytes with it) is bound in place, with those two short windows.
+/// it owned by our own group. It is bound in place, with those two short windows, as virtiofsd
+/// binds it, when the staging name does not fit (over `SUN_PATH_MAX` bytes) or cannot be
+/// bound or renamed (a path-based security policy that allows the socket's own path only).
 pub(super) fn bind_socket(
     path: &Path,
     group: Option<&SocketGroup>,
 ) -> Result<UnixListener, String> {
     let mut name = path.as_os_str().to_os_string();
     name.push(format!(".{}", std::process::id()));
-    let staging = (name.len() <= SUN_PATH_MAX).then(|| PathBuf::from(name));
-    let at = staging.as_deref().unwrap_or(path);
+    bind_socket_via(path, Path::new(&name), group)
+}
+
+/// [`bind_socket`] with the staging name `staging`.
+fn bind_socket_via(
+    path: &Path,
+    staging: &Path,
+    group: Option<&SocketGroup>,
+) -> Result<UnixListener, String> {
+    if staging.as_os_str().len() <= SUN_PATH_MAX {
+        match place_socket(staging, path, group) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => log::debug!("{e}: binding the socket in place"),
+        }
+    }
+    place_socket(path, path, group)
+}
+
+/// Binds and listens at `at` with the mode and group of [`bind_socket`], then renames it to
+/// `path` (when `at` is another name). On failure nothing is left at `at`.
+fn place_socket(
+    at: &Path,
+    path: &Path,
+    group: Option<&SocketGroup>,
+) -> Result<UnixListener, String> {
     // The mode comes from the umask at bind time (not a chmod after), so the socket is never
     // connectable by more than it should be. The process umask is 0 otherwise.
     let old = umask(if group.is_some() { 0o007 } else { 0o077 });
     let _ = fs::remove_file(at);
     let bound = UnixListener::bind(at);
     umask(old);
-    let listener = bound.map_err(|e| format!("socket {}: {e}", path.display()))?;
+    let listener = bound.map_err(|e| format!("socket {}: {e}", at.display()))?;
     let placed = match group {
         // By path: a chown of the fd would change the socket, not the file QEMU connects to.
         Some(g) => std::os::unix::fs::lchown(at, None, Some(g.gid)).map_err(|e| {
@@ -115,9 +139,9 @@ pub(super) fn bind_socket(
         }),
         None => Ok(()),
     }
-    .and_then(|()| match &staging {
-        Some(s) => fs::rename(s, path).map_err(|e| format!("socket {}: {e}", path.display())),
-        None => Ok(()),
+    .and_then(|()| match at == path {
+        true => Ok(()),
+        false => fs::rename(at, path).map_err(|e| format!("socket {}: {e}", path.display())),
     });
     if let Err(e) = placed {
         let _ = fs::remove_file(at);
@@ -253,5 +277,61 @@ pub(super) fn open_listener(
              activation: LISTEN_PID/LISTEN_FDS unset)"
                 .into(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+    use std::path::PathBuf;
+
+    /// A fresh directory under the temp dir, removed on drop.
+    struct Dir(PathBuf);
+    impl Dir {
+        fn new(name: &str) -> Dir {
+            let d = std::env::temp_dir().join(format!("vhostfs-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&d);
+            fs::create_dir(&d).unwrap();
+            Dir(d)
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn the_socket_is_renamed_into_place_and_the_staging_name_goes() {
+        let dir = Dir::new("sock-staged");
+        let (path, staging) = (dir.0.join("s.sock"), dir.0.join("s.sock.1"));
+        let _listener = bind_socket_via(&path, &staging, None).unwrap();
+        UnixStream::connect(&path).expect("listening at the path");
+        assert!(!staging.exists());
+    }
+
+    /// A staging name that cannot be bound (here a directory is there; a path-based security
+    /// policy refuses it the same way) makes the socket bound in place, not an error.
+    #[test]
+    fn a_staging_name_that_cannot_be_bound_binds_in_place() {
+        let dir = Dir::new("sock-in-place");
+        let (path, staging) = (dir.0.join("s.sock"), dir.0.join("s.sock.1"));
+        fs::create_dir(&staging).unwrap();
+        let _listener = bind_socket_via(&path, &staging, None).unwrap();
+        UnixStream::connect(&path).expect("listening at the path");
+        assert!(staging.is_dir(), "the directory in the way is left alone");
+    }
+
+    /// The in-place bind's own failure is the error.
+    #[test]
+    fn when_neither_name_can_be_bound_the_error_names_the_path() {
+        let dir = Dir::new("sock-none");
+        let path = dir.0.join("missing").join("s.sock");
+        let e = bind_socket_via(&path, &dir.0.join("missing/s.sock.1"), None).unwrap_err();
+        assert!(
+            e.starts_with(&format!("socket {}: ", path.display())),
+            "{e}"
+        );
     }
 }
