@@ -127,27 +127,34 @@ fn place_socket(
     let bound = UnixListener::bind(at);
     umask(old);
     let listener = bound.map_err(|e| format!("socket {}: {e}", at.display()))?;
-    let placed = match group {
+    if let Err(e) = give_group_and_rename(at, path, group) {
+        let _ = fs::remove_file(at);
+        return Err(e);
+    }
+    Ok(listener)
+}
+
+/// The rest of [`place_socket`] once the socket at `at` listens: `group` given, renamed to `path`.
+fn give_group_and_rename(
+    at: &Path,
+    path: &Path,
+    group: Option<&SocketGroup>,
+) -> Result<(), String> {
+    if let Some(g) = group {
         // By path: a chown of the fd would change the socket, not the file QEMU connects to.
-        Some(g) => std::os::unix::fs::lchown(at, None, Some(g.gid)).map_err(|e| {
+        std::os::unix::fs::lchown(at, None, Some(g.gid)).map_err(|e| {
             format!(
                 "socket {}: cannot give it the group {} (gid {}) of --socket-group: {e}",
                 path.display(),
                 g.name,
                 g.gid
             )
-        }),
-        None => Ok(()),
+        })?;
     }
-    .and_then(|()| match at == path {
-        true => Ok(()),
-        false => fs::rename(at, path).map_err(|e| format!("socket {}: {e}", path.display())),
-    });
-    if let Err(e) = placed {
-        let _ = fs::remove_file(at);
-        return Err(e);
+    if at != path {
+        fs::rename(at, path).map_err(|e| format!("socket {}: {e}", path.display()))?;
     }
-    Ok(listener)
+    Ok(())
 }
 
 /// Reads an integer socket option of `fd` (SOL_SOCKET level).
@@ -200,14 +207,18 @@ fn is_listening_at(path: &Path) -> bool {
         return false;
     };
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // `path` itself, or `path` followed by `.` and a pid.
     let names = |bound: &str| -> bool {
         [path, absolute.as_path()].iter().any(|p| {
-            let p = p.as_os_str().as_encoded_bytes();
-            let bound = bound.as_bytes();
-            bound == p
-                || bound.strip_prefix(p).is_some_and(|rest| {
-                    rest.len() > 1 && rest[0] == b'.' && rest[1..].iter().all(u8::is_ascii_digit)
-                })
+            let rest = bound
+                .as_bytes()
+                .strip_prefix(p.as_os_str().as_encoded_bytes());
+            rest.is_some_and(|rest| {
+                rest.is_empty()
+                    || rest
+                        .strip_prefix(b".")
+                        .is_some_and(|pid| !pid.is_empty() && pid.iter().all(u8::is_ascii_digit))
+            })
         })
     };
     table.lines().skip(1).any(|line| {
