@@ -68,6 +68,8 @@ for j in $jobs; do
   esac
 done
 log() { echo "one-guest: $*" >&2; }
+# shellcheck source-path=SCRIPTDIR source=../../tests/e2e/lib.sh
+. "$repo/tests/e2e/lib.sh"
 virtiofsd=${VIRTIOFSD:-$(command -v virtiofsd || echo "$HOME/.cargo/bin/virtiofsd")}
 if [ ${#specs[@]} -eq 0 ]; then
   specs=("vhostfs=${VHOSTFS:-$repo/target/release/vhostfs}" "virtiofsd=$virtiofsd --sandbox=none")
@@ -140,8 +142,11 @@ done
 rm -f "$work/big"
 nd=${#specs[@]}
 for i in $(seq 0 $((nd - 1))); do
-  for _ in $(seq 300); do [ -S "$work/$i.sock" ] && break; sleep 0.1; done
-  [ -S "$work/$i.sock" ] || { log "daemon $i did not create its socket"; tail "$logdir/daemon-$i.log" >&2; exit 1; }
+  for _ in $(seq 300); do socket_ready "$work/$i.sock" && break; sleep 0.1; done
+  socket_ready "$work/$i.sock" || {
+    log "daemon $i did not create its socket (or it did not listen) within 30 s"
+    tail "$logdir/daemon-$i.log" >&2; exit 1
+  }
 done
 cp "$here/one-guest-bench.sh" "$work/share-0/bench.sh"
 [ "$slice" != 0 ] || slice=''
