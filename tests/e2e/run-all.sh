@@ -295,12 +295,21 @@ run_script() {
   [ "$(basename "${daemon[0]}")" = vhostfs ] || return 0
   [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" $name "* ]] || return 0
   log "=== $script: $title"
-  VHOSTFS="${daemon[0]}" E2E_LOG_DIR="$logroot" "$here/$script" --summary-file "$sf" &
+  # Its output goes to a file as well as to the terminal, so that a script that ends without a
+  # result can be told by its last line in the summary (all CI keeps of a run is its tail).
+  : > "$work/$name.out"
+  VHOSTFS="${daemon[0]}" E2E_LOG_DIR="$logroot" "$here/$script" --summary-file "$sf" \
+    > "$work/$name.out" 2>&1 &
   rg_pid=$!
+  tail -n +1 -f --pid="$rg_pid" "$work/$name.out" &
+  viewer_pid=$!
   wait "$rg_pid" || st=$?
   rg_pid=''
+  wait "$viewer_pid" || true
+  viewer_pid=''
   if [ ! -s "$sf" ]; then
-    summary+=("$name: FAIL($script exited with status $st before any result; logs in $logroot)")
+    line=$(grep -v '^[[:space:]]*$' "$work/$name.out" | tail -n 1 | cut -c1-300 || true)
+    summary+=("$name: FAIL($script exited with status $st before any result; its last line: ${line:-none}; logs in $logroot)")
     failed=$((failed + 1))
     return
   fi
