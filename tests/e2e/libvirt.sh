@@ -200,8 +200,13 @@ run_domain() {
   ! pgrep -f "^$work/vhostfs " >/dev/null || problems+=("vhostfs still running after the domain shut off")
   "${virsh[@]}" undefine "$dom" >/dev/null
   local verdict=PASS p
-  for p in "${problems[@]}"; do log "FAIL($name): $p"; verdict=FAIL; done
-  [ "$verdict" = PASS ] || failed=$((failed + 1))
+  for p in "${problems[@]}"; do log "FAIL($name): $p"; done
+  if [ ${#problems[@]} -gt 0 ]; then
+    # The reasons go into the summary line too: all CI keeps of a run is its tail.
+    p=$(printf '%s; ' "${problems[@]}")
+    verdict="FAIL(${p%; })"
+    failed=$((failed + 1))
+  fi
   summary+=("libvirt-$name: $verdict | boot+test=$(elapsed "$t1" "$t2")s")
 }
 
