@@ -45,6 +45,14 @@ fn open_dir(prefix: &str) -> TempDir {
     dir
 }
 
+/// A socket directory anyone may enter and create files in, and a share.
+fn socket_dir_and_share() -> (TempDir, TempDir) {
+    (
+        open_dir("sgroup-sock"),
+        TempDir::new("sgroup-shared").unwrap(),
+    )
+}
+
 /// Fails with the errno of a negative syscall return.
 fn check(ret: libc::c_long, what: &str) {
     assert!(ret >= 0, "{what}: {}", std::io::Error::last_os_error());
@@ -93,10 +101,7 @@ fn serves(guest: TestGuest, shared: &Path) {
 #[test]
 fn socket_gets_the_group_and_its_members_connect() {
     let group = group_name(NOBODY);
-    let (sock_dir, shared) = (
-        open_dir("sgroup-sock"),
-        TempDir::new("sgroup-shared").unwrap(),
-    );
+    let (sock_dir, shared) = socket_dir_and_share();
     let socket = sock_dir.join("vfs.sock");
     let arg = format!("--socket-group={group}");
     let _daemon = spawn_vhostfs(&socket, shared.path(), &["--log-level=error", &arg]).unwrap();
@@ -115,10 +120,7 @@ fn socket_gets_the_group_and_its_members_connect() {
 
 #[test]
 fn without_a_group_only_the_owner_connects() {
-    let (sock_dir, shared) = (
-        open_dir("sgroup-sock"),
-        TempDir::new("sgroup-shared").unwrap(),
-    );
+    let (sock_dir, shared) = socket_dir_and_share();
     let socket = sock_dir.join("vfs.sock");
     let _daemon = spawn_vhostfs(&socket, shared.path(), &["--log-level=error"]).unwrap();
     let m = fs::symlink_metadata(&socket).unwrap();
@@ -136,10 +138,7 @@ fn without_a_group_only_the_owner_connects() {
 /// Runs vhostfs on a fresh socket path with `args`, as `uid` (root if 0); expects exit 1 with
 /// one error line, and neither socket nor pid file left. Returns the line.
 fn refused(uid: u32, args: &[&str]) -> String {
-    let (sock_dir, shared) = (
-        open_dir("sgroup-sock"),
-        TempDir::new("sgroup-shared").unwrap(),
-    );
+    let (sock_dir, shared) = socket_dir_and_share();
     let socket = sock_dir.join("vfs.sock");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vhostfs"));
     cmd.arg(format!("--socket-path={}", socket.display()))
@@ -187,8 +186,7 @@ fn a_group_that_cannot_be_given_is_one_line() {
 #[test]
 fn an_unprivileged_daemon_gives_its_own_group() {
     let group = group_name(NOBODY);
-    let sock_dir = open_dir("sgroup-sock");
-    let shared = TempDir::new("sgroup-shared").unwrap();
+    let (sock_dir, shared) = socket_dir_and_share();
     std::os::unix::fs::chown(shared.path(), Some(NOBODY), Some(NOBODY)).unwrap();
     let socket = sock_dir.join("vfs.sock");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vhostfs"));
@@ -258,10 +256,7 @@ fn dir_events(dir: &Path, run: impl FnOnce()) -> Vec<(u32, String)> {
 /// that name stays.
 #[test]
 fn the_socket_appears_at_its_path_already_listening() {
-    let (sock_dir, shared) = (
-        open_dir("sgroup-sock"),
-        TempDir::new("sgroup-shared").unwrap(),
-    );
+    let (sock_dir, shared) = socket_dir_and_share();
     let socket = sock_dir.join("vfs.sock");
     let mut daemon = None;
     let events = dir_events(sock_dir.path(), || {
@@ -299,10 +294,7 @@ fn the_socket_appears_at_its_path_already_listening() {
 #[test]
 fn a_socket_path_of_the_longest_length_works_with_a_group() {
     let group = group_name(NOBODY);
-    let (sock_dir, shared) = (
-        open_dir("sgroup-sock"),
-        TempDir::new("sgroup-shared").unwrap(),
-    );
+    let (sock_dir, shared) = socket_dir_and_share();
     let dir_len = sock_dir.path().as_os_str().len() + 1;
     assert!(
         dir_len < 90,
