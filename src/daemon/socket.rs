@@ -294,29 +294,13 @@ pub(super) fn open_listener(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::temp_dir::TempDir;
     use std::os::unix::net::UnixStream;
-    use std::path::PathBuf;
-
-    /// A fresh directory under the temp dir, removed on drop.
-    struct Dir(PathBuf);
-    impl Dir {
-        fn new(name: &str) -> Dir {
-            let d = std::env::temp_dir().join(format!("vhostfs-{name}-{}", std::process::id()));
-            let _ = fs::remove_dir_all(&d);
-            fs::create_dir(&d).unwrap();
-            Dir(d)
-        }
-    }
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
 
     #[test]
     fn the_socket_is_renamed_into_place_and_the_staging_name_goes() {
-        let dir = Dir::new("sock-staged");
-        let (path, staging) = (dir.0.join("s.sock"), dir.0.join("s.sock.1"));
+        let dir = TempDir::new("sock-staged").unwrap();
+        let (path, staging) = (dir.join("s.sock"), dir.join("s.sock.1"));
         let _listener = bind_socket_via(&path, &staging, None).unwrap();
         UnixStream::connect(&path).expect("listening at the path");
         assert!(!staging.exists());
@@ -326,8 +310,8 @@ mod tests {
     /// policy refuses it the same way) makes the socket bound in place, not an error.
     #[test]
     fn a_staging_name_that_cannot_be_bound_binds_in_place() {
-        let dir = Dir::new("sock-in-place");
-        let (path, staging) = (dir.0.join("s.sock"), dir.0.join("s.sock.1"));
+        let dir = TempDir::new("sock-in-place").unwrap();
+        let (path, staging) = (dir.join("s.sock"), dir.join("s.sock.1"));
         fs::create_dir(&staging).unwrap();
         let _listener = bind_socket_via(&path, &staging, None).unwrap();
         UnixStream::connect(&path).expect("listening at the path");
@@ -337,9 +321,9 @@ mod tests {
     /// The in-place bind's own failure is the error.
     #[test]
     fn when_neither_name_can_be_bound_the_error_names_the_path() {
-        let dir = Dir::new("sock-none");
-        let path = dir.0.join("missing").join("s.sock");
-        let e = bind_socket_via(&path, &dir.0.join("missing/s.sock.1"), None).unwrap_err();
+        let dir = TempDir::new("sock-none").unwrap();
+        let path = dir.join("missing/s.sock");
+        let e = bind_socket_via(&path, &dir.join("missing/s.sock.1"), None).unwrap_err();
         assert!(
             e.starts_with(&format!("socket {}: ", path.display())),
             "{e}"
