@@ -26,45 +26,61 @@ pub(super) fn prepare(dir: &Path, sizes: &Sizes, max_threads: usize) -> io::Resu
     Ok(())
 }
 
-/// Opens `name(thread)` once per thread (untimed); returns (node ID, fh) per thread.
+/// Opens the files `names(thread)` of each thread (untimed); returns their (node ID, fh) per
+/// thread.
 fn open_each(
     ctx: &Ctx,
-    name: impl Fn(usize) -> String,
+    names: impl Fn(usize) -> Vec<String>,
     flags: i32,
-) -> Result<Vec<(u64, u64)>, String> {
+) -> Result<Vec<Vec<(u64, u64)>>, String> {
     ctx.clients
         .iter()
         .enumerate()
         .map(|(t, c)| {
-            let node = untimed_lookup(c, FUSE_ROOT_ID, &name(t))?;
-            let fh = c
-                .open(node, flags as u32)
-                .map_err(|e| fuse_err("OPEN", e))?
-                .fh;
-            Ok((node, fh))
+            names(t)
+                .iter()
+                .map(|name| {
+                    let node = untimed_lookup(c, FUSE_ROOT_ID, name)?;
+                    let fh = c
+                        .open(node, flags as u32)
+                        .map_err(|e| fuse_err("OPEN", e))?
+                        .fh;
+                    Ok((node, fh))
+                })
+                .collect()
         })
         .collect()
 }
 
-fn close_each(ctx: &Ctx, files: &[(u64, u64)], flags: i32) -> Result<(), String> {
-    for (c, &(node, fh)) in ctx.clients.iter().zip(files) {
-        c.release(node, fh, flags as u32)
-            .map_err(|e| fuse_err("RELEASE", e))?;
-        c.forget(node, 1);
+fn close_each(ctx: &Ctx, files: &[Vec<(u64, u64)>], flags: i32) -> Result<(), String> {
+    for (c, own) in ctx.clients.iter().zip(files) {
+        for &(node, fh) in own {
+            c.release(node, fh, flags as u32)
+                .map_err(|e| fuse_err("RELEASE", e))?;
+            c.forget(node, 1);
+        }
     }
     Ok(())
 }
 
-/// `ctx.sizes.random_reads` 4 KiB random READs over the threads' `files`.
-fn reads(ctx: &Ctx, files: &[(u64, u64)]) -> Result<Measured, String> {
+/// The shared file, once per thread.
+fn one_file(_thread: usize) -> Vec<String> {
+    vec![ONE_FILE.to_owned()]
+}
+
+/// `ctx.sizes.random_reads` 4 KiB random READs over the threads' `files` (a thread that has
+/// several takes them in turn).
+fn reads(ctx: &Ctx, files: &[Vec<(u64, u64)>]) -> Result<Measured, String> {
     let n = ctx.sizes.random_reads;
     let blocks = ctx.sizes.data_file / u64::from(SMALL_IO);
     let threads = ctx.clients.len();
     let (m, _) = timed(ctx, n, |t, c| {
         let mut rng = Rng::new(t as u64 + 1);
-        let (node, fh) = files[t];
+        let own = &files[t];
         let reqs: Vec<_> = share_of(n, t, threads)
-            .map(|_| {
+            .enumerate()
+            .map(|(i, _)| {
+                let (node, fh) = own[i % own.len()];
                 read_req(
                     c,
                     node,
@@ -83,14 +99,14 @@ fn reads(ctx: &Ctx, files: &[(u64, u64)]) -> Result<Measured, String> {
 }
 
 /// As many 4 KiB random WRITEs, each thread within its own part of the threads' shared file.
-fn writes(ctx: &Ctx, files: &[(u64, u64)]) -> Result<Measured, String> {
+fn writes(ctx: &Ctx, files: &[Vec<(u64, u64)>]) -> Result<Measured, String> {
     let n = ctx.sizes.random_reads;
     let threads = ctx.clients.len();
     let region = ctx.sizes.data_file / u64::from(SMALL_IO) / threads as u64;
     let data = vec![0x3c; SMALL_IO as usize];
     let (m, _) = timed(ctx, n, |t, c| {
         let mut rng = Rng::new(t as u64 + 50);
-        let (node, fh) = files[t];
+        let (node, fh) = files[t][0];
         let reqs: Vec<_> = share_of(n, t, threads)
             .map(|_| {
                 let block = t as u64 * region + rng.below(region);
@@ -107,13 +123,19 @@ fn writes(ctx: &Ctx, files: &[(u64, u64)]) -> Result<Measured, String> {
 }
 
 pub(super) fn run(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
-    let one = open_each(ctx, |_| ONE_FILE.to_owned(), libc::O_RDONLY)?;
+    let one = open_each(ctx, one_file, libc::O_RDONLY)?;
     let read_one = reads(ctx, &one)?;
     close_each(ctx, &one, libc::O_RDONLY)?;
-    let own = open_each(ctx, own_file, libc::O_RDONLY)?;
+    // A thread that stands for `mult` threads (`×4 in flight`) reads their `mult` files: the
+    // same 4 files, the same page cache, as 4 threads with one file each.
+    let own = open_each(
+        ctx,
+        |t| (0..ctx.mult).map(|k| own_file(t * ctx.mult + k)).collect(),
+        libc::O_RDONLY,
+    )?;
     let read_own = reads(ctx, &own)?;
     close_each(ctx, &own, libc::O_RDONLY)?;
-    let one = open_each(ctx, |_| ONE_FILE.to_owned(), libc::O_RDWR)?;
+    let one = open_each(ctx, one_file, libc::O_RDWR)?;
     let write_one = writes(ctx, &one)?;
     close_each(ctx, &one, libc::O_RDWR)?;
     Ok(vec![
