@@ -116,7 +116,8 @@ pub enum Workload {
     Randread,
     /// 1 MiB sequential READ of the data file.
     Seqread,
-    /// 1 MiB sequential WRITE of new files, in passes over their first `data_file` bytes.
+    /// 1 MiB sequential WRITE of new files, laid out first (untimed), then in passes over their
+    /// first `data_file` bytes.
     Seqwrite,
     /// 4 readers and 4 writers, 4 KiB random, on disjoint regions of the data file.
     Mixed,
