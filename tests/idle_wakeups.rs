@@ -57,9 +57,9 @@ fn woken(before: &[(String, u64)], after: &[(String, u64)]) -> Vec<String> {
 
 #[test]
 fn an_idle_daemon_wakes_no_thread() {
-    // Two request queues, the metrics endpoint's thread, and work that starts every thread
-    // that starts on demand: the fd cache's reaper (handle-backed inodes), pool helpers (a
-    // backlog), the stall watcher.
+    // Two request queues and the metrics endpoint's thread, beside the queue threads and pool
+    // helpers every daemon has; then work that wakes the rest: the fd cache's reaper (started
+    // by the first handle-backed inode) and the stall watcher (unparked by a request).
     let metrics_dir = TempDir::new("idle-metrics").unwrap();
     let metrics = format!("--metrics=unix:{}", metrics_dir.join("m.sock").display());
     let s = Session::start_with_queues(&[&metrics], 2);
