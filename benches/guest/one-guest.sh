@@ -142,8 +142,7 @@ done
 rm -f "$work/big"
 nd=${#specs[@]}
 for i in $(seq 0 $((nd - 1))); do
-  for _ in $(seq 300); do socket_ready "$work/$i.sock" && break; sleep 0.1; done
-  socket_ready "$work/$i.sock" || {
+  wait_for 30 socket_ready "$work/$i.sock" || {
     log "daemon $i did not create its socket (or it did not listen) within 30 s"
     tail "$logdir/daemon-$i.log" >&2; exit 1
   }

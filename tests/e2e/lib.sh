@@ -1,9 +1,17 @@
-# Shared by the host-side e2e scripts (sourced): timing and stopping processes. The caller
-# defines log().
+# Shared by the host-side e2e scripts (sourced): timing, waiting and stopping processes. The
+# caller defines log().
 # shellcheck shell=bash
 
 now() { echo "${EPOCHREALTIME/,/.}"; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+
+# wait_for SECS CMD...: runs CMD every 0.1 s until it succeeds (status 0) or SECS have passed
+# (status 1).
+wait_for() {
+  local n=$(($1 * 10)); shift
+  for _ in $(seq "$n"); do "$@" && return 0; sleep 0.1; done
+  return 1
+}
 
 # socket_ready PATH: PATH is a socket and listens. A daemon's socket file can exist a moment
 # before it listens (virtiofsd's does; vhostfs renames its socket into place once it listens),

@@ -97,11 +97,6 @@ spawn() {
   pids+=("$spawned")
 }
 forget() { local p keep=(); for p in "${pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done; pids=("${keep[@]}"); }
-wait_for() { # SECS CMD...: polls CMD every 0.1 s
-  local n=$(($1 * 10)); shift
-  for _ in $(seq "$n"); do "$@" && return 0; sleep 0.1; done
-  return 1
-}
 gone() { ! kill -0 "$1" 2>/dev/null; }
 # exit_status PID SECS: waits for PID to exit by itself; its status in $st ("running" if not)
 exit_status() {

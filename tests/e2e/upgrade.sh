@@ -94,8 +94,7 @@ install_build "$build1"
 setsid "$bin" --socket-path="$sock" --shared-dir="$work/share" \
   --inode-file-handles=prefer --log-level=info > "$logroot/daemon.log" 2>&1 < /dev/null &
 first_pid=$!
-for _ in $(seq 300); do socket_ready "$sock" && break; sleep 0.1; done
-socket_ready "$sock" || die "vhostfs did not create its socket (or it did not listen) within 30 s"
+wait_for 30 socket_ready "$sock" || die "vhostfs did not create its socket (or it did not listen) within 30 s"
 
 if [ -n "${E2E_LOCK:-}" ]; then exec 9>"$E2E_LOCK"; flock 9; fi
 t1=$(now)
