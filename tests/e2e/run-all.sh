@@ -137,9 +137,30 @@ harness_failure() {
 # host-fs-test.sh (the guest gets an empty share and the host verifies nothing), unless
 # CASE_PREPARE / CASE_VERIFY name commands to run with the shared dir as last argument before
 # the boot / after a guest PASS (a failing CASE_VERIFY fails the case).
+# run_viewed OUT HIDE CMD...: runs CMD with its output in OUT, shown on the terminal as it comes
+# (lines matching the extended regex HIDE left out, if HIDE is not empty); sets st to its exit
+# status. In the background + `wait`, so that a SIGTERM/SIGINT to this script is handled at once
+# (the trap stops CMD: run-guest.sh and the scripts stop their QEMU and daemons).
+run_viewed() {
+  local out=$1 hide=$2; shift 2
+  : > "$out" # there before the viewer follows it
+  "$@" >> "$out" 2>&1 &
+  rg_pid=$!
+  if [ -n "$hide" ]; then
+    tail -n +1 -f --pid="$rg_pid" "$out" | grep --line-buffered -vE "$hide" &
+  else
+    tail -n +1 -f --pid="$rg_pid" "$out" &
+  fi
+  viewer_pid=$!
+  st=0
+  wait "$rg_pid" || st=$?
+  rg_pid=''
+  wait "$viewer_pid" || true
+  viewer_pid=''
+}
 run_case() {
   local name=$1 expect=$2; shift 2
-  local dir=$work/cases/$name logs=$logroot/$name rc=0 t1 t2 t3 t4 prep verify_rc=0 verdict
+  local dir=$work/cases/$name logs=$logroot/$name rc=0 st t1 t2 t3 t4 prep verify_rc=0 verdict
   local initramfs=${CASE_INITRAMFS:-$work/initramfs.cpio.gz} host=${CASE_HOST:-1}
   # CASE_GROUP=NAME: E2E_CASES may also name the case by its group.
   if [ -n "${E2E_CASES:-}" ] && [[ " $E2E_CASES " != *" $name "* ]] \
@@ -152,18 +173,9 @@ run_case() {
   [ -z "${CASE_PREPARE:-}" ] || ${CASE_PREPARE} "$dir/shared"
   t2=$(now)
   prep=$(elapsed "$t1" "$t2")
-  # In the background + `wait`, so that a SIGTERM/SIGINT to this script is handled at once
-  # (the trap stops run-guest.sh, which stops QEMU and the daemon).
-  : > "$logs/run-guest.out"
-  E2E_SHOW_LOGS=$([ "$expect" = pass ] && echo 1 || echo 0) "$here/run-guest.sh" --initramfs "$initramfs" --shared-dir "$dir/shared" \
-    --log-dir "$logs" -- "$@" > "$logs/run-guest.out" 2>&1 &
-  rg_pid=$!
-  tail -n +1 -f --pid="$rg_pid" "$logs/run-guest.out" | grep --line-buffered -vE '^(PASS: |     \()|logs kept in' &
-  viewer_pid=$!
-  wait "$rg_pid" || true
-  rg_pid=''
-  wait "$viewer_pid" || true
-  viewer_pid=''
+  run_viewed "$logs/run-guest.out" '^(PASS: |     \()|logs kept in' \
+    env E2E_SHOW_LOGS="$([ "$expect" = pass ] && echo 1 || echo 0)" "$here/run-guest.sh" \
+    --initramfs "$initramfs" --shared-dir "$dir/shared" --log-dir "$logs" -- "$@"
   rc=$(grep -o '^E2E-RESULT: [A-Z-]*' "$logs/run-guest.out" | awk '{ print $2 }' || true)
   t3=$(now)
   case "$expect" in
@@ -295,18 +307,10 @@ run_script() {
   [ "$(basename "${daemon[0]}")" = vhostfs ] || return 0
   [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" $name "* ]] || return 0
   log "=== $script: $title"
-  # Its output goes to a file as well as to the terminal, so that a script that ends without a
-  # result can be told by its last line in the summary (all CI keeps of a run is its tail).
-  : > "$work/$name.out"
-  VHOSTFS="${daemon[0]}" E2E_LOG_DIR="$logroot" "$here/$script" --summary-file "$sf" \
-    > "$work/$name.out" 2>&1 &
-  rg_pid=$!
-  tail -n +1 -f --pid="$rg_pid" "$work/$name.out" &
-  viewer_pid=$!
-  wait "$rg_pid" || st=$?
-  rg_pid=''
-  wait "$viewer_pid" || true
-  viewer_pid=''
+  # Its output is kept in a file, so that a script that ends without a result can be told by
+  # its last line in the summary (all CI keeps of a run is its tail).
+  run_viewed "$work/$name.out" '' \
+    env VHOSTFS="${daemon[0]}" E2E_LOG_DIR="$logroot" "$here/$script" --summary-file "$sf"
   if [ ! -s "$sf" ]; then
     line=$(grep -v '^[[:space:]]*$' "$work/$name.out" | tail -n 1 | cut -c1-300 || true)
     summary+=("$name: FAIL($script exited with status $st before any result; its last line: ${line:-none}; logs in $logroot)")
