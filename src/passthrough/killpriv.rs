@@ -10,10 +10,11 @@
 //!   such a caller: setuid always, setgid when the file is group-executable or the caller is
 //!   not in its group (the caller's primary gid: the guest does not send its supplementary
 //!   groups). An unflagged write or truncate keeps CAP_FSETID, also where it runs as a non-root
-//!   caller (SETATTR, CREATE), whose fsuid would otherwise have dropped it: the bits then stay,
-//!   as the guest asked (without KILLPRIV_V2 the guest puts the cleared mode in the same
-//!   SETATTR). chown needs nothing more: the host kernel clears the bits on every chown of a
-//!   non-directory. All of it per thread, undone before the thread serves anything else; an
+//!   caller (CREATE with O_TRUNC), whose fsuid would otherwise have dropped it: the bits then
+//!   stay, as the guest asked (without KILLPRIV_V2 the guest puts the cleared mode in the same
+//!   SETATTR). chown: the host kernel clears the bits on every chown of a non-directory; a
+//!   guest user's chgrp runs with these credentials too, so the host clears them as for that
+//!   user (see `setattr.rs`). All of it per thread, undone before the thread serves anything else; an
 //!   unflagged WRITE or OPEN costs no syscall, and a flagged WRITE (every write of a guest user)
 //!   to a file without setuid/setgid one statx (the change itself costs ~5 µs of syscalls). The dispatcher passes the flags on only when
 //!   KILLPRIV_V2 was negotiated.

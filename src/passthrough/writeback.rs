@@ -40,11 +40,10 @@
 
 use std::io;
 use std::os::fd::AsFd;
-use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::credentials::Credentials;
+use super::handle_table::OpenFile;
 use super::inode_table::Inode;
 use super::setattr::{FATTR_CTIME, FATTR_FH, FATTR_MTIME, FATTR_MTIME_NOW, FATTR_SIZE};
 use super::{sys, PassthroughFs};
@@ -242,29 +241,24 @@ impl PassthroughFs {
         }
     }
 
-    /// SETATTR's futimens through the open file `fd`, run as the caller. Under writeback the
-    /// guest keeps mtime itself and flushes it on close and fsync as an explicit
-    /// FATTR_MTIME | FATTR_CTIME through a writable handle; the host lets only the owner set an
+    /// Whether a guest user who does not own a file may still set its explicit mtime: under
+    /// writeback the guest keeps mtime itself and flushes it on close and fsync as an explicit
+    /// FATTR_MTIME | FATTR_CTIME through a writable handle; Linux lets only the owner set an
     /// explicit time, so for a guest user writing a file it does not own the flush (and its
     /// close(2) or fsync(2)) would fail with EPERM. Such a time-only change through a handle
-    /// opened for writing is made as the daemon: the caller may write the file (the guest
-    /// checked the open), and a local file system updates mtime on every write too.
-    pub(super) fn futimens_as_writer(
+    /// opened for writing is allowed: the caller may write the file (the guest checked the
+    /// open), and a local file system updates mtime on every write too.
+    pub(super) fn writer_may_flush_mtime(
         &self,
-        fd: BorrowedFd,
-        times: &[libc::timespec; 2],
+        file: Option<&OpenFile>,
         valid: u32,
-    ) -> io::Result<()> {
-        match sys::fd::futimens(fd, times) {
-            Err(e) if e.raw_os_error() == Some(libc::EPERM) && self.writeback.on() => {
-                let flush = valid & !(FATTR_MTIME | FATTR_CTIME | FATTR_FH) == 0;
-                if !flush || sys::fd::status_flags(fd)? & libc::O_ACCMODE == libc::O_RDONLY {
-                    return Err(e);
-                }
-                let _daemon = Credentials::switch(0, 0)?;
-                sys::fd::futimens(fd, times)
+    ) -> io::Result<bool> {
+        let flush = valid & !(FATTR_MTIME | FATTR_CTIME | FATTR_FH) == 0;
+        match file {
+            Some(f) if flush && self.writeback.on() => {
+                Ok(sys::fd::status_flags(f.file.as_fd())? & libc::O_ACCMODE != libc::O_RDONLY)
             }
-            other => other,
+            _ => Ok(false),
         }
     }
 }
