@@ -1,7 +1,7 @@
 //! An idle daemon costs its host nothing: once the guest stops sending requests, no thread of
 //! vhostfs wakes up. The stall watcher parks after 100 ms without a request
 //! (`src/stall_watch.rs`), the fd cache's reaper sleeps once it has closed the fds unused for 1 s
-//! (`src/passthrough/fd_cache.rs`), a queue thread lingers 35 µs at most after a burst
+//! (`src/passthrough/state/fd_cache.rs`), a queue thread lingers 35 µs at most after a burst
 //! (`src/vhost_device/linger.rs`), and the pool helpers and the queue threads sleep until a
 //! kick. On a host with hundreds of mostly idle guests, a daemon that ticks costs CPU time and
 //! keeps CPUs out of deep idle states for every one of them.

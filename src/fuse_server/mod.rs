@@ -65,7 +65,7 @@ pub struct ServerOptions {
     pub writeback: bool,
     /// `--killpriv-v2`: negotiate FUSE_HANDLE_KILLPRIV_V2, so the guest leaves clearing
     /// setuid/setgid and capabilities on write, truncate, chown and O_TRUNC opens to us
-    /// (`passthrough/killpriv.rs`).
+    /// (`passthrough/policy/killpriv.rs`).
     pub killpriv_v2: bool,
 }
 

@@ -6,15 +6,20 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
-use super::super::file_handle::FileHandle;
-use super::super::handle_table::OpenFile;
-use super::super::inode_table::{Inode, InodeKey, InodeSource, ROOT_ID};
-use super::super::sys;
-use super::super::sys::fd as sysfd;
-use super::super::PassthroughFs;
+use super::codec::Decoder;
+use super::config::OnError;
 use super::paths::Walker;
-use super::{invalid_data, Decoder, HandleRecord, InodeRecord, Location, OnError, Section, TAG};
-use super::{HANDLE_MIN, INODE_MIN, LOC_FD, LOC_HANDLE, LOC_INVALID, LOC_KEYED, LOC_PATH};
+use super::records::{
+    invalid_data, HandleRecord, InodeRecord, Location, Section, HANDLE_MIN, INODE_MIN, LOC_FD,
+    LOC_HANDLE, LOC_INVALID, LOC_KEYED, LOC_PATH, TAG,
+};
+use crate::passthrough::filesystem::PassthroughFs;
+use crate::passthrough::state::file_handle::FileHandle;
+use crate::passthrough::state::handle_table::OpenFile;
+use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
+use crate::passthrough::state::inode_table::{Inode, ROOT_ID};
+use crate::passthrough::sys;
+use crate::passthrough::sys::fd as sysfd;
 
 /// A state re-opened and ready to install ([`PassthroughFs::install`]).
 pub struct Loaded {
@@ -214,7 +219,7 @@ impl PassthroughFs {
                             r.nodeid
                         )));
                     }
-                    if lost_inodes < super::LOGGED {
+                    if lost_inodes < super::records::LOGGED {
                         log::warn!("migration: node {} ({what}) is lost: {why}", r.nodeid);
                     }
                     lost_inodes += 1;
@@ -247,7 +252,8 @@ impl PassthroughFs {
                     )))
                 }
                 Err(e) => {
-                    if !matches!(inode.source, InodeSource::Invalid) && lost_handles < super::LOGGED
+                    if !matches!(inode.source, InodeSource::Invalid)
+                        && lost_handles < super::records::LOGGED
                     {
                         log::warn!("migration: fh {} of node {} is lost: {e}", h.fh, h.nodeid);
                     }

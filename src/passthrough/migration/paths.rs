@@ -6,9 +6,9 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::super::inode_table::InodeKey;
-use super::super::sys;
-use super::super::sys::fd as sysfd;
+use crate::passthrough::state::host_inode::InodeKey;
+use crate::passthrough::sys;
+use crate::passthrough::sys::fd as sysfd;
 
 /// Directory entries the fallback search reads at most (over the whole share, for all the
 /// inodes whose path `/proc/self/fd` did not give): past that, those inodes are sent invalid.

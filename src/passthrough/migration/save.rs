@@ -5,13 +5,18 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
-use super::super::inode_table::{Inode, InodeFd, InodeKey, InodeSource, ROOT_ID};
-use super::super::sys;
-use super::super::PassthroughFs;
-use super::paths::{self, Walker};
-use super::{Encoder, HandedFd, HandleRecord, Held, InodeRecord, Location, MigrationMode};
-use super::{Section, TAG};
-use super::{LOC_FD, LOC_HANDLE, LOC_INVALID, LOC_KEYED, LOC_PATH};
+use super::codec::Encoder;
+use super::config::MigrationMode;
+use super::paths;
+use super::paths::Walker;
+use super::records::{
+    HandedFd, HandleRecord, Held, InodeRecord, Location, Section, LOC_FD, LOC_HANDLE, LOC_INVALID,
+    LOC_KEYED, LOC_PATH, TAG,
+};
+use crate::passthrough::filesystem::PassthroughFs;
+use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
+use crate::passthrough::state::inode_table::{Inode, InodeFd, ROOT_ID};
+use crate::passthrough::sys;
 
 /// What a save wrote, for the log and the numbers in docs/migration.md.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,7 +134,7 @@ impl PassthroughFs {
             Location::Invalid(why) => Some((r.nodeid, why)),
             _ => None,
         });
-        for (nodeid, why) in invalid.take(super::LOGGED) {
+        for (nodeid, why) in invalid.take(super::records::LOGGED) {
             log::warn!("migration: node {nodeid} cannot be described: {why}");
         }
         let by_handle = mode == MigrationMode::FileHandles || self.cfg.migration.verify_handles;

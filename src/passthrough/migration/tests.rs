@@ -5,9 +5,11 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
-use super::super::inode_table::InodeSource;
 use super::*;
-use crate::passthrough::{Context, FsConfig, InodeFileHandles, PassthroughFs};
+use crate::passthrough::config::{FsConfig, InodeFileHandles};
+use crate::passthrough::filesystem::PassthroughFs;
+use crate::passthrough::request_types::Context;
+use crate::passthrough::state::host_inode::InodeSource;
 use crate::temp_dir::TempDir;
 
 fn fs_on(dir: &TempDir, handles: InodeFileHandles) -> PassthroughFs {

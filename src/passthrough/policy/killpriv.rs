@@ -26,18 +26,16 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
-use super::credentials::{Credentials, Fsetid};
-use super::inode_table::Inode;
-use super::sys;
-use super::xattr_map::{HostName, XattrMap};
-use super::{Context, PassthroughFs};
+use crate::passthrough::policy::credentials::{Credentials, Fsetid};
+use crate::passthrough::policy::xattr_map::{HostName, XattrMap};
+use crate::passthrough::sys;
 
 const CAPABILITY_XATTR: &CStr = c"security.capability";
 
 /// The host name `map` gives the guest's `security.capability`, when it is another name.
-pub(super) fn mapped_capability(map: Option<&XattrMap>) -> Option<CString> {
+pub fn mapped_capability(map: Option<&XattrMap>) -> Option<CString> {
     match map?.to_host(CAPABILITY_XATTR) {
         HostName::Name(n) if *n != *CAPABILITY_XATTR => Some(n.into_owned()),
         // The host name itself (the host kernel clears it), or a name the guest cannot set.
@@ -47,7 +45,7 @@ pub(super) fn mapped_capability(map: Option<&XattrMap>) -> Option<CString> {
 
 /// A flagged operation's credentials, until dropped: fsgid = the caller's gid (fsuid stays
 /// 0), CAP_FSETID out of the effective set.
-pub(super) struct KillPrivs {
+pub struct KillPrivs {
     // Dropped in this order: the capability back first, then the fsgid.
     _fsetid: Option<Fsetid>,
     _creds: Option<Credentials>,
@@ -56,68 +54,49 @@ pub(super) struct KillPrivs {
 /// CAP_FSETID as a truncate running as the caller (fsuid) needs it: out when `kill`, else in
 /// (a non-root fsuid dropped it; `--translate-uid` may give guest root a non-root one too);
 /// `None` when nothing changes.
-pub(super) fn fsetid_for_truncate(kill: bool) -> io::Result<Option<Fsetid>> {
+pub fn fsetid_for_truncate(kill: bool) -> io::Result<Option<Fsetid>> {
     Fsetid::set(!kill)
 }
 
-impl PassthroughFs {
-    /// For an operation the daemon makes as root on behalf of `ctx` (WRITE, OPEN): `None`
-    /// unless `kill`.
-    pub(super) fn kill_privs(&self, ctx: &Context, kill: bool) -> io::Result<Option<KillPrivs>> {
-        if !kill {
-            return Ok(None);
-        }
-        // A caller whose gid the daemon may not take (unmapped in an unprivileged daemon's user
-        // namespace, or forbidden by `--translate-gid`) leaves the daemon's own: setuid is
-        // cleared all the same, setgid then as for a caller outside the group.
-        let creds = self
-            .caller_ids(ctx)
-            .ok()
-            .and_then(|(_, gid)| Credentials::switch(0, gid).ok());
-        Ok(Some(KillPrivs {
+impl KillPrivs {
+    /// For an operation the daemon makes as root on behalf of a caller (WRITE, OPEN, SETATTR):
+    /// fsgid = `gid`, the caller's in host ids (`None`: a caller whose gid the daemon may not
+    /// take, unmapped in an unprivileged daemon's user namespace or forbidden by
+    /// `--translate-gid`, leaves the daemon's own: setuid is cleared all the same, setgid then
+    /// as for a caller outside the group), and CAP_FSETID out of the effective set.
+    pub fn switch(gid: Option<u32>) -> io::Result<KillPrivs> {
+        let creds = gid.and_then(|gid| Credentials::switch(0, gid).ok());
+        Ok(KillPrivs {
             _fsetid: Fsetid::set(false)?,
             _creds: creds,
-        }))
+        })
     }
+}
 
-    /// Removes the mapped `security.capability` of the regular file open as `fd` (any open
-    /// fd, not O_PATH). Nothing to do without such a mapping, or when the file has none.
-    pub(super) fn clear_mapped_capability(&self, fd: BorrowedFd) -> io::Result<()> {
-        let Some(name) = &self.mapped_capability else {
-            return Ok(());
-        };
-        match sys::xattr::fremovexattr(fd, name) {
-            Err(e) if !matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP)) => Err(e),
-            _ => Ok(()),
-        }
+/// Removes the mapped `security.capability` (`name`, from [`mapped_capability`]) of the
+/// regular file open as `fd` (any open fd, not O_PATH). Nothing to do without such a mapping,
+/// or when the file has none.
+pub fn clear_mapped_capability(name: Option<&CStr>, fd: BorrowedFd) -> io::Result<()> {
+    let Some(name) = name else {
+        return Ok(());
+    };
+    match sys::xattr::fremovexattr(fd, name) {
+        Err(e) if !matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP)) => Err(e),
+        _ => Ok(()),
     }
+}
 
-    /// [`Self::clear_mapped_capability`] for `inode`, which the caller holds no open fd of
-    /// (SETATTR): opens it if it is a regular file and there is a mapping.
-    pub(super) fn clear_mapped_capability_of(&self, inode: &Inode) -> io::Result<()> {
-        if self.mapped_capability.is_none() || inode.kind != libc::S_IFREG {
-            return Ok(());
-        }
-        let fd = inode.open(
-            &self.mounts,
-            self.proc_self_fd.as_fd(),
-            libc::O_RDONLY | libc::O_NONBLOCK,
-        )?;
-        self.clear_mapped_capability(fd.as_fd())
+/// After a successful SETXATTR of `system.posix_acl_access` flagged
+/// FUSE_SETXATTR_ACL_KILL_SGID (the guest's caller is not in the file's group and lacks
+/// CAP_FSETID): clears the setgid bit, which the host kernel, asked by root, kept.
+pub fn acl_kill_sgid(fd: BorrowedFd, host_name: &CStr) -> io::Result<()> {
+    if host_name != c"system.posix_acl_access" {
+        return Ok(());
     }
-
-    /// After a successful SETXATTR of `system.posix_acl_access` flagged
-    /// FUSE_SETXATTR_ACL_KILL_SGID (the guest's caller is not in the file's group and lacks
-    /// CAP_FSETID): clears the setgid bit, which the host kernel, asked by root, kept.
-    pub(super) fn acl_kill_sgid(&self, fd: BorrowedFd, host_name: &CStr) -> io::Result<()> {
-        if host_name != c"system.posix_acl_access" {
-            return Ok(());
-        }
-        let st = sys::statx(fd, c"", 0, libc::STATX_MODE)?;
-        let mode = u32::from(st.stx_mode);
-        if mode & libc::S_ISGID == 0 {
-            return Ok(());
-        }
-        sys::fd::fchmod(fd, mode & 0o7777 & !libc::S_ISGID)
+    let st = sys::statx(fd, c"", 0, libc::STATX_MODE)?;
+    let mode = u32::from(st.stx_mode);
+    if mode & libc::S_ISGID == 0 {
+        return Ok(());
     }
+    sys::fd::fchmod(fd, mode & 0o7777 & !libc::S_ISGID)
 }

@@ -13,7 +13,8 @@
 use std::cell::Cell;
 use std::io;
 
-use super::sys::creds::{self, ThreadCaps};
+use crate::passthrough::sys::creds;
+use crate::passthrough::sys::creds::ThreadCaps;
 
 thread_local! {
     static CURRENT: Cell<(u32, u32)> = const { Cell::new((0, 0)) };

@@ -41,16 +41,16 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::inode_index::{hash_key, shard_of_hash, NodeId, Slot, Slots};
-use super::writeback::GuestState;
-use inode::replaced;
-pub use inode::{Inode, InodeFd, InodeKey, InodeSource, PathFd};
+use super::host_inode::{replaced, InodeKey, InodeSource};
+use crate::passthrough::state::guest_state::GuestState;
+use crate::passthrough::state::inode_index::{
+    hash_key, shard_of_hash, NodeId, Slot, Slots, SHARD_BITS,
+};
+pub use inode::{Inode, InodeFd};
 
 /// The node ID of the shared directory itself.
 pub const ROOT_ID: u64 = 1;
 
-/// A node ID's shard is in its low `SHARD_BITS` bits (see `inode_index::NodeId`).
-pub const SHARD_BITS: u32 = 4;
 /// Number of independently locked parts of the table.
 pub const SHARDS: usize = 1 << SHARD_BITS;
 

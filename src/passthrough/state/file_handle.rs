@@ -11,7 +11,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, RwLock};
 
-use super::sys;
+use crate::passthrough::sys;
 use crate::sync;
 
 /// Handle bytes kept inside the handle up to this length: ext4 gives 8 bytes, xfs 8 or 12, tmpfs
@@ -55,7 +55,7 @@ impl std::fmt::Debug for FileHandle {
 }
 
 impl FileHandle {
-    pub(super) fn new(handle_type: i32, bytes: &[u8]) -> FileHandle {
+    pub(in crate::passthrough) fn new(handle_type: i32, bytes: &[u8]) -> FileHandle {
         match u8::try_from(handle_type) {
             Ok(t) if bytes.len() <= INLINE => {
                 let mut data = [0; INLINE];
@@ -73,14 +73,14 @@ impl FileHandle {
         }
     }
 
-    pub(super) fn handle_type(&self) -> i32 {
+    pub(in crate::passthrough) fn handle_type(&self) -> i32 {
         match self {
             FileHandle::Inline { handle_type, .. } => i32::from(*handle_type),
             FileHandle::Heap(h) => h.handle_type,
         }
     }
 
-    pub(super) fn bytes(&self) -> &[u8] {
+    pub(in crate::passthrough) fn bytes(&self) -> &[u8] {
         match self {
             FileHandle::Inline { len, data, .. } => &data[..usize::from(*len)],
             FileHandle::Heap(h) => &h.bytes,

@@ -6,16 +6,19 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::file_handle::FileHandle;
-use super::inode_table::{Inode, InodeKey, InodeSource};
-use super::sys;
-use super::{check_name, err, Context, Entry, InodeFileHandles, PassthroughFs, FUSE_ATTR_SUBMOUNT};
+use crate::passthrough::config::InodeFileHandles;
+use crate::passthrough::filesystem::{check_name, err, PassthroughFs, FUSE_ATTR_SUBMOUNT};
+use crate::passthrough::request_types::{Context, Entry};
+use crate::passthrough::state::file_handle::FileHandle;
+use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
+use crate::passthrough::state::inode_table::Inode;
+use crate::passthrough::sys;
 use crate::sync::{read, write};
 
 impl PassthroughFs {
     /// Looks `name` up in the directory `dir` (an fd on the inode `parent`) and takes one lookup
     /// of the result. Used by LOOKUP, READDIRPLUS and after most creates.
-    pub(super) fn lookup_at(
+    pub(in crate::passthrough) fn lookup_at(
         &self,
         parent: &Inode,
         dir: BorrowedFd,
@@ -41,7 +44,7 @@ impl PassthroughFs {
     /// O_PATH fd on it is opened only for what keeps one: the inode's source (no file handles),
     /// or an fd cache with room; with handles and a full cache, that saves the `openat` and
     /// `close` of a lookup by name.
-    pub(super) fn lookup_created(
+    pub(in crate::passthrough) fn lookup_created(
         &self,
         parent: &Inode,
         name: &CStr,
@@ -137,7 +140,7 @@ impl PassthroughFs {
     /// How a newly seen inode (of type `kind`, on mount `mnt_id`, found as `name`) will be
     /// reached: its handle (and then `fd` is given back, for the fd cache), or `fd` itself (see
     /// [`PassthroughFs::handle_source`]).
-    pub(super) fn source_for(
+    pub(in crate::passthrough) fn source_for(
         &self,
         fd: OwnedFd,
         kind: u32,
@@ -222,7 +225,12 @@ impl PassthroughFs {
 
     /// An entry for the guest (LOOKUP, READDIRPLUS, every create): the owner translated to
     /// guest ids, as in [`PassthroughFs::attr`].
-    pub(super) fn entry(&self, inode: &Inode, mut attr: libc::statx, attr_flags: u32) -> Entry {
+    pub(in crate::passthrough) fn entry(
+        &self,
+        inode: &Inode,
+        mut attr: libc::statx,
+        attr_flags: u32,
+    ) -> Entry {
         self.cfg.ids.stat_to_guest(&mut attr);
         Entry {
             nodeid: inode.nodeid,
@@ -239,7 +247,7 @@ impl PassthroughFs {
     }
 
     /// The directory inode `parent` and an fd on it.
-    pub(super) fn dir(&self, parent: u64) -> io::Result<Inode> {
+    pub(in crate::passthrough) fn dir(&self, parent: u64) -> io::Result<Inode> {
         let inode = self.inodes.get(parent)?;
         if !inode.is_dir() {
             return Err(err(libc::ENOTDIR));
@@ -268,7 +276,7 @@ impl PassthroughFs {
     /// of that number on the directory's device and mount (a listing of names already looked
     /// up, `ls -l` again), else by fd. The number only picks the path; the answer's identity
     /// comes from the name as for LOOKUP.
-    pub(super) fn lookup_listed(
+    pub(in crate::passthrough) fn lookup_listed(
         &self,
         parent: &Inode,
         dir: BorrowedFd,
@@ -373,11 +381,11 @@ mod known_streak {
         static STREAK: Cell<i8> = const { Cell::new(0) };
     }
 
-    pub(super) fn likely() -> bool {
+    pub(in crate::passthrough) fn likely() -> bool {
         STREAK.with(|s| s.get() >= 0)
     }
 
-    pub(super) fn saw(held: bool) {
+    pub(in crate::passthrough) fn saw(held: bool) {
         STREAK.with(|s| {
             let v = s.get();
             s.set(if held {

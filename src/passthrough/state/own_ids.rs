@@ -8,15 +8,15 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// A map from one of the daemon's own numbers.
-pub(super) type OwnIdMap<V> = HashMap<u64, V, BuildHasherDefault<OwnIdHasher>>;
+pub(in crate::passthrough) type OwnIdMap<V> = HashMap<u64, V, BuildHasherDefault<OwnIdHasher>>;
 
 /// Fibonacci hashing of a `u64` (see the module).
 #[derive(Default)]
-pub(super) struct OwnIdHasher(u64);
+pub(in crate::passthrough) struct OwnIdHasher(u64);
 
 /// [`OwnIdHasher`]'s hash of one of the daemon's own numbers, for a table that is no map (the
 /// fd cache's ghosts).
-pub(super) fn own_id_hash(n: u64) -> u64 {
+pub(in crate::passthrough) fn own_id_hash(n: u64) -> u64 {
     let mut h = OwnIdHasher::default();
     h.write_u64(n);
     h.finish()

@@ -16,8 +16,8 @@ use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::fd_budget::FdToken;
-use super::own_ids::OwnIdMap;
+use crate::passthrough::state::fd_budget::FdToken;
+use crate::passthrough::state::own_ids::OwnIdMap;
 
 const SHARDS: usize = 16;
 

@@ -5,10 +5,13 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 
-use super::inode_table::{InodeFd, InodeKey, InodeSource};
-use super::labels::{make_node, NewNode, SecurityLabel};
-use super::sys;
-use super::{check_name, err, Attr, Context, Entry, PassthroughFs};
+use crate::passthrough::filesystem::{check_name, err, PassthroughFs};
+use crate::passthrough::ops::labels::{make_node, NewNode, SecurityLabel};
+use crate::passthrough::policy::acl;
+use crate::passthrough::request_types::{Attr, Context, Entry};
+use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
+use crate::passthrough::state::inode_table::InodeFd;
+use crate::passthrough::sys;
 
 impl PassthroughFs {
     /// `fh` is `Some` when the guest sent FUSE_GETATTR_FH.
@@ -68,7 +71,7 @@ impl PassthroughFs {
     /// Creates `node(mask)` (with the bits `mask` cleared from its mode) as `name` in `parent`
     /// with the caller's credentials, labelled first when the guest sent a security context
     /// (see [`super::labels`]), then looks the new name up. `umask` is the guest's, when it left
-    /// it to us (see [`PassthroughFs::creation_umask`]).
+    /// it to us (see [`acl::creation_umask`]).
     fn create_node<'t>(
         &self,
         ctx: &Context,
@@ -82,7 +85,7 @@ impl PassthroughFs {
         check_name(name)?;
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
-        let mask = self.creation_umask(fd.as_fd(), umask)?;
+        let mask = acl::creation_umask(self.proc_self_fd.as_fd(), fd.as_fd(), umask)?;
         match label {
             Some(label) => drop(self.create_labelled(ctx, fd.as_fd(), name, node(mask), label)?),
             None => {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::passthrough::fd_budget::FdBudget;
+use crate::passthrough::state::fd_budget::FdBudget;
 
 fn fd_inode(ino: u64, budget: &Arc<FdBudget>) -> Inode {
     let fd = std::fs::File::open("/").unwrap().into();

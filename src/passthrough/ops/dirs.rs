@@ -5,9 +5,10 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 
-use super::handle_table::OpenFile;
-use super::sys::fd as sysfd;
-use super::{err, Context, DirEntry, Entry, Opened, PassthroughFs};
+use crate::passthrough::filesystem::{err, PassthroughFs};
+use crate::passthrough::request_types::{Context, DirEntry, Entry, Opened};
+use crate::passthrough::state::handle_table::OpenFile;
+use crate::passthrough::sys::fd as sysfd;
 
 /// getdents64 buffer size per directory handle.
 const DIRENT_BUF: usize = 32 * 1024;

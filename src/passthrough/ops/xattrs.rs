@@ -17,10 +17,12 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::id_map::is_acl_name;
-use super::sys::xattr;
-use super::xattr_map::HostName;
-use super::{err, Context, PassthroughFs, XattrReply};
+use crate::passthrough::filesystem::{err, PassthroughFs};
+use crate::passthrough::policy::id_map::is_acl_name;
+use crate::passthrough::policy::killpriv;
+use crate::passthrough::policy::xattr_map::HostName;
+use crate::passthrough::request_types::{Context, XattrReply};
+use crate::passthrough::sys::xattr;
 
 /// Largest value or list the guest can receive (XATTR_SIZE_MAX).
 const XATTR_SIZE_MAX: u32 = 64 * 1024;
@@ -45,7 +47,11 @@ impl PassthroughFs {
 
     /// The host name of a guest name; `bad` is `refused` (EPERM, or ENODATA for GETXATTR as
     /// in virtiofsd), `unsupported` is EOPNOTSUPP.
-    pub(super) fn host_name<'a>(&self, name: &'a CStr, refused: i32) -> io::Result<Cow<'a, CStr>> {
+    pub(in crate::passthrough) fn host_name<'a>(
+        &self,
+        name: &'a CStr,
+        refused: i32,
+    ) -> io::Result<Cow<'a, CStr>> {
         match &self.cfg.xattrmap {
             None => Ok(Cow::Borrowed(name)),
             Some(map) => match map.to_host(name) {
@@ -119,7 +125,7 @@ impl PassthroughFs {
         }
     }
 
-    /// `acl_kill_sgid`: FUSE_SETXATTR_ACL_KILL_SGID, see [`PassthroughFs::acl_kill_sgid`].
+    /// `acl_kill_sgid`: FUSE_SETXATTR_ACL_KILL_SGID, see [`killpriv::acl_kill_sgid`].
     pub fn setxattr(
         &self,
         _ctx: &Context,
@@ -142,7 +148,7 @@ impl PassthroughFs {
         };
         xattr::fsetxattr(fd.as_fd(), &name, &value, flags as i32)?;
         if acl_kill_sgid {
-            self.acl_kill_sgid(fd.as_fd(), &name)?;
+            killpriv::acl_kill_sgid(fd.as_fd(), &name)?;
         }
         Ok(())
     }

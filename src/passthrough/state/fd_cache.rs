@@ -48,10 +48,10 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::Thread;
 use std::time::Duration;
 
-use super::fd_budget::{FdBudget, FdToken};
-use super::inode_table::SHARD_BITS;
-use super::own_ids::{own_id_hash, OwnIdMap};
+use super::inode_index::SHARD_BITS;
 use crate::metrics::striped::Striped;
+use crate::passthrough::state::fd_budget::{FdBudget, FdToken};
+use crate::passthrough::state::own_ids::{own_id_hash, OwnIdMap};
 use crate::sync::lock;
 
 /// Default upper bound of cached fds, whatever the budget (`--fd-cache-size`): each pins a

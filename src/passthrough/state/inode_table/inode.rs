@@ -5,57 +5,10 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use super::super::fd_budget::FdToken;
-use super::super::file_handle::{FileHandle, MountFds};
-use super::super::inode_index::Slot;
-use super::super::sys;
-
-/// What identifies a host inode, in 16 bytes (one per inode held).
-///
-/// Invariant: `dev` is the kernel's own 32-bit encoding of the device (major << 20 | minor: a
-/// major has at most 12 bits, a minor 20) and `mnt_id` the mount ID of `STATX_MNT_ID` (the
-/// kernel's `int` mount ID, as `name_to_handle_at` reports it), so neither loses information.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct InodeKey {
-    pub ino: u64,
-    pub dev: u32,
-    pub mnt_id: u32,
-}
-
-impl InodeKey {
-    /// The key of the inode `st` describes (statx with `STATX_INO | STATX_MNT_ID`).
-    pub fn of(st: &libc::statx) -> InodeKey {
-        InodeKey {
-            ino: st.stx_ino,
-            dev: (st.stx_dev_major << 20) | st.stx_dev_minor,
-            mnt_id: st.stx_mnt_id as u32,
-        }
-    }
-}
-
-/// How the daemon reaches a host inode (16 bytes; cloning one copies a handle or shares the fd).
-#[derive(Clone)]
-pub enum InodeSource {
-    /// An O_PATH fd, holding one token of the guest's fd budget.
-    Fd(Arc<PathFd>),
-    /// A file handle: no fd is held.
-    Handle(FileHandle),
-    /// Lost in a migration (`--migration-on-error=guest-error`): the node ID stays valid until
-    /// the guest forgets it, and every operation on it fails with `EIO`. Never found by key.
-    Invalid,
-}
-
-/// An inode's own O_PATH fd and the fd-budget token it holds.
-pub struct PathFd {
-    pub fd: OwnedFd,
-    _token: FdToken,
-}
-
-impl InodeSource {
-    pub fn fd(fd: OwnedFd, token: FdToken) -> InodeSource {
-        InodeSource::Fd(Arc::new(PathFd { fd, _token: token }))
-    }
-}
+use crate::passthrough::state::file_handle::MountFds;
+use crate::passthrough::state::host_inode::{replaced, InodeKey, InodeSource};
+use crate::passthrough::state::inode_index::Slot;
+use crate::passthrough::sys;
 
 /// One host inode the guest knows by a node ID: what a request needs of it, copied out of the
 /// table (its lookup count stays in the table).
@@ -145,8 +98,4 @@ impl Inode {
             InodeSource::Invalid => Err(io::Error::from_raw_os_error(libc::EIO)),
         }
     }
-}
-
-pub(super) fn replaced(old: &InodeSource, new: &InodeSource) -> bool {
-    matches!((old, new), (InodeSource::Handle(a), InodeSource::Handle(b)) if a != b)
 }

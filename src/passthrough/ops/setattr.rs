@@ -30,21 +30,22 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use fuse_backend_rs::abi::fuse_abi::SetattrIn;
 
-use super::handle_table::OpenFile;
-use super::inode_table::Inode;
-use super::sys;
-use super::{err, Attr, Context, PassthroughFs};
+use crate::passthrough::filesystem::{err, PassthroughFs};
+use crate::passthrough::request_types::{Attr, Context};
+use crate::passthrough::state::handle_table::OpenFile;
+use crate::passthrough::state::inode_table::Inode;
+use crate::passthrough::sys;
 
 const FATTR_MODE: u32 = 1 << 0;
 const FATTR_UID: u32 = 1 << 1;
 const FATTR_GID: u32 = 1 << 2;
-pub(super) const FATTR_SIZE: u32 = 1 << 3;
+pub(in crate::passthrough) const FATTR_SIZE: u32 = 1 << 3;
 const FATTR_ATIME: u32 = 1 << 4;
-pub(super) const FATTR_MTIME: u32 = 1 << 5;
-pub(super) const FATTR_FH: u32 = 1 << 6;
+pub(in crate::passthrough) const FATTR_MTIME: u32 = 1 << 5;
+pub(in crate::passthrough) const FATTR_FH: u32 = 1 << 6;
 const FATTR_ATIME_NOW: u32 = 1 << 7;
-pub(super) const FATTR_MTIME_NOW: u32 = 1 << 8;
-pub(super) const FATTR_CTIME: u32 = 1 << 10;
+pub(in crate::passthrough) const FATTR_MTIME_NOW: u32 = 1 << 8;
+pub(in crate::passthrough) const FATTR_CTIME: u32 = 1 << 10;
 /// The truncate clears setuid/setgid as for a caller without CAP_FSETID (see `killpriv.rs`).
 const FATTR_KILL_SUIDGID: u32 = 1 << 11;
 
@@ -214,6 +215,20 @@ impl PassthroughFs {
             None => sys::utimensat(self.proc_self_fd.as_fd(), proc_name, &times, 0),
         };
         self.set_times_as_guest(inode, valid, times[1], set)
+    }
+
+    /// The mapped `security.capability` of `inode` removed after a chown or truncate (see
+    /// `policy/killpriv.rs`): opens it if it is a regular file and there is a mapping.
+    fn clear_mapped_capability_of(&self, inode: &Inode) -> io::Result<()> {
+        if self.mapped_capability.is_none() || inode.kind != libc::S_IFREG {
+            return Ok(());
+        }
+        let fd = inode.open(
+            &self.mounts,
+            self.proc_self_fd.as_fd(),
+            libc::O_RDONLY | libc::O_NONBLOCK,
+        )?;
+        self.clear_mapped_capability(fd.as_fd())
     }
 }
 

@@ -27,12 +27,14 @@ use hashbrown::HashTable;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use super::inode_table::{InodeKey, InodeSource, SHARD_BITS};
+use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
 
 /// Slots per slab page (12 KiB: 16 shards' first pages cost 192 KiB).
 const PAGE: usize = 256;
 
 /// Bits of a node ID above its shard bits that hold its slot + 1.
+/// A node ID's shard is in its low `SHARD_BITS` bits (see [`NodeId`]).
+pub const SHARD_BITS: u32 = 4;
 const SLOT_BITS: u32 = 32 - SHARD_BITS;
 
 /// The most slots a shard has (the slot field holds slot + 1, and 0 is no slot).
@@ -40,7 +42,7 @@ const MAX_SLOTS: u32 = (1 << SLOT_BITS) - 1;
 
 /// The parts of a node ID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct NodeId {
+pub(in crate::passthrough) struct NodeId {
     pub shard: usize,
     pub slot: u32,
     pub epoch: u32,
@@ -64,14 +66,14 @@ impl NodeId {
 
 /// The hash of a key: its shard is in bits 32.. (see [`shard_of_hash`]), the slot index uses
 /// the low bits and the top seven.
-pub(super) fn hash_key(key: &InodeKey) -> u64 {
+pub(in crate::passthrough) fn hash_key(key: &InodeKey) -> u64 {
     let mut h = DefaultHasher::new();
     key.hash(&mut h);
     h.finish()
 }
 
 /// The shard of a key hash, from bits the shard's index does not use for its own slots.
-pub(super) fn shard_of_hash(hash: u64) -> usize {
+pub(in crate::passthrough) fn shard_of_hash(hash: u64) -> usize {
     ((hash >> 32) as usize) & ((1 << SHARD_BITS) - 1)
 }
 
@@ -84,7 +86,7 @@ fn slot_in(pages: &[Option<Box<[Slot]>>], slot: u32) -> Option<&Slot> {
 }
 
 /// One inode's slot, 48 bytes (a slab entry; no allocation of its own).
-pub(super) struct Slot {
+pub(in crate::passthrough) struct Slot {
     pub key: InodeKey,
     /// `None` while the slot is vacant.
     pub source: Option<InodeSource>,
@@ -114,7 +116,7 @@ impl Slot {
 
 /// The slab and key index of one shard (the invariants are in the module doc).
 #[derive(Default)]
-pub(super) struct Slots {
+pub(in crate::passthrough) struct Slots {
     pages: Vec<Option<Box<[Slot]>>>,
     /// Slots ever used; those at or above it are fresh.
     len: u32,
@@ -290,7 +292,7 @@ impl Slots {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passthrough::file_handle::FileHandle;
+    use crate::passthrough::state::file_handle::FileHandle;
 
     fn key(ino: u64) -> InodeKey {
         InodeKey {

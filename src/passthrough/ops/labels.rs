@@ -26,8 +26,10 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::sys::{self, xattr};
-use super::{Context, PassthroughFs};
+use crate::passthrough::filesystem::PassthroughFs;
+use crate::passthrough::request_types::Context;
+use crate::passthrough::sys;
+use crate::passthrough::sys::xattr;
 
 /// The security context of a creating request: an xattr name (`security.*`) and its value, as
 /// the guest's LSM gave them.
@@ -38,7 +40,7 @@ pub struct SecurityLabel {
 }
 
 /// What a labelled creation makes (modes already masked).
-pub(super) enum NewNode<'a> {
+pub(in crate::passthrough) enum NewNode<'a> {
     Dir {
         mode: u32,
     },
@@ -74,7 +76,11 @@ impl PassthroughFs {
     }
 
     /// Labels the open (or O_TMPFILE) file `fd`.
-    pub(super) fn label_fd(&self, fd: BorrowedFd, label: &SecurityLabel) -> io::Result<()> {
+    pub(in crate::passthrough) fn label_fd(
+        &self,
+        fd: BorrowedFd,
+        label: &SecurityLabel,
+    ) -> io::Result<()> {
         xattr::fsetxattr(fd, &self.label_name(label)?, &label.value, 0)
     }
 
@@ -82,7 +88,7 @@ impl PassthroughFs {
     /// module invariant). For [`NewNode::File`], returns the open file; when the name exists
     /// already and the guest did not ask for O_EXCL, that existing file is opened instead, as a
     /// CREATE does (it is not new: it keeps its label).
-    pub(super) fn create_labelled(
+    pub(in crate::passthrough) fn create_labelled(
         &self,
         ctx: &Context,
         dir: BorrowedFd,
@@ -234,7 +240,7 @@ impl PassthroughFs {
 
 /// Makes `node` as `name` in `dir` (with the current credentials); returns the open file of a
 /// [`NewNode::File`] (created exclusively).
-pub(super) fn make_node(
+pub(in crate::passthrough) fn make_node(
     dir: BorrowedFd,
     name: &CStr,
     node: &NewNode,

@@ -6,14 +6,17 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 
-use super::handle_table::OpenFile;
-use super::inode_table::{Inode, InodeKey, InodeSource};
-use super::killpriv::fsetid_for_truncate;
-use super::labels::{NewNode, SecurityLabel};
-use super::sys;
-use super::{
-    check_name, err, Context, Entry, Opened, PassthroughFs, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE,
+use crate::passthrough::filesystem::{
+    check_name, err, PassthroughFs, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE,
 };
+use crate::passthrough::ops::labels::{NewNode, SecurityLabel};
+use crate::passthrough::policy::acl;
+use crate::passthrough::policy::killpriv::fsetid_for_truncate;
+use crate::passthrough::request_types::{Context, Entry, Opened};
+use crate::passthrough::state::handle_table::OpenFile;
+use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
+use crate::passthrough::state::inode_table::Inode;
+use crate::passthrough::sys;
 
 /// Open flags the guest may not pass through: creation is done by CREATE (which puts O_CREAT
 /// back, and keeps the guest's O_EXCL), O_NOCTTY is the daemon's business. O_DIRECT too, unless
@@ -122,7 +125,7 @@ impl PassthroughFs {
             return Err(err(libc::ENOTDIR));
         }
         let dirfd = self.path_fd(&dir)?;
-        let mask = self.creation_umask(dirfd.as_fd(), umask)?;
+        let mask = acl::creation_umask(self.proc_self_fd.as_fd(), dirfd.as_fd(), umask)?;
         let token = self.take_token()?;
         let mode = mode & 0o7777 & !mask;
         let fd = match label {
@@ -194,7 +197,7 @@ impl PassthroughFs {
             return Err(err(libc::ENOTDIR));
         }
         let dirfd = self.path_fd(&dir)?;
-        let mask = self.creation_umask(dirfd.as_fd(), umask)?;
+        let mask = acl::creation_umask(self.proc_self_fd.as_fd(), dirfd.as_fd(), umask)?;
         let (file_token, path_token) = (self.take_token()?, self.take_token()?);
         let fd = {
             let _creds = self.as_caller(ctx)?;

@@ -1,0 +1,8 @@
+//! What a request passes through on its way to the host. Uses the state, never an operation.
+
+pub mod acl;
+pub mod credentials;
+pub mod id_map;
+pub mod killpriv;
+pub mod writeback;
+pub mod xattr_map;
