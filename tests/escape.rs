@@ -33,10 +33,19 @@ fn dot_dot_and_names_with_a_slash() {
     for mode in MODES {
         let s = Session::start(&[mode]);
         let c = &s.client;
-        for name in ["..", ".", "a/b", "/etc", "../etc/passwd"] {
+        for name in ["a/b", "/etc", "../etc/passwd"] {
             assert_eq!(
                 c.lookup(ROOT, name).err(),
                 Some(libc::EINVAL),
+                "{mode} {name}"
+            );
+        }
+        // The share root's "." and ".." are the root itself (issue 34: the Windows service
+        // opens the share with LOOKUP(1, ".")): nothing above the share is reached.
+        for name in ["..", "."] {
+            assert_eq!(
+                c.lookup(ROOT, name).map(|e| e.nodeid),
+                Ok(ROOT),
                 "{mode} {name}"
             );
         }

@@ -37,6 +37,11 @@ fn names_and_symlinks_stay_inside() {
             ),
         ];
         for (opcode, body) in cases {
+            // LOOKUP of "." and "..": the directory itself and its parent (the root's is the
+            // root), see tests/windows_requests.rs.
+            if opcode == FUSE_LOOKUP && (name == b"." || name == b"..") {
+                continue;
+            }
             for parent in [ROOT, s.nodes.dir] {
                 let errno = s.call_err(opcode, parent, &body, 4096);
                 assert_eq!(errno, libc::EINVAL, "opcode {opcode} with name {name:?}");

@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 
 use crate::passthrough::filesystem::{err, PassthroughFs};
 use crate::passthrough::request_types::{Context, DirEntry, Entry, Opened};
-use crate::passthrough::state::handle_table::OpenFile;
+use crate::passthrough::state::handle_table::{OpenFile, NO_FH};
 use crate::passthrough::sys::fd as sysfd;
 
 /// getdents64 buffer size per directory handle.
@@ -130,6 +130,9 @@ impl PassthroughFs {
     }
 
     pub fn releasedir(&self, _ctx: &Context, _nodeid: u64, fh: u64) -> io::Result<()> {
+        if fh == NO_FH {
+            return Ok(());
+        }
         self.handles.remove(fh)
     }
 

@@ -9,6 +9,7 @@ use crate::passthrough::filesystem::{check_name, err, PassthroughFs};
 use crate::passthrough::ops::labels::{make_node, NewNode, SecurityLabel};
 use crate::passthrough::policy::acl;
 use crate::passthrough::request_types::{Attr, Context, Entry};
+use crate::passthrough::state::handle_table::NO_FH;
 use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
 use crate::passthrough::state::inode_table::InodeFd;
 use crate::passthrough::sys;
@@ -41,7 +42,7 @@ impl PassthroughFs {
         flags: i32,
         mask: u32,
     ) -> io::Result<libc::statx> {
-        if let Some(fh) = fh {
+        if let Some(fh) = fh.filter(|&fh| fh != NO_FH) {
             let file = self.handles.get(fh)?;
             return sys::statx(file.file.as_fd(), c"", flags, mask);
         }

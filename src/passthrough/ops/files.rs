@@ -13,7 +13,7 @@ use crate::passthrough::ops::labels::{NewNode, SecurityLabel};
 use crate::passthrough::policy::acl;
 use crate::passthrough::policy::killpriv::fsetid_for_truncate;
 use crate::passthrough::request_types::{Context, Entry, Opened};
-use crate::passthrough::state::handle_table::OpenFile;
+use crate::passthrough::state::handle_table::{OpenFile, NO_FH};
 use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
 use crate::passthrough::state::inode_table::Inode;
 use crate::passthrough::sys;
@@ -281,6 +281,9 @@ impl PassthroughFs {
     }
 
     pub fn release(&self, _ctx: &Context, _nodeid: u64, fh: u64) -> io::Result<()> {
+        if fh == NO_FH {
+            return Ok(());
+        }
         self.handles.remove(fh)
     }
 

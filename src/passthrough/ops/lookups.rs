@@ -11,7 +11,7 @@ use crate::passthrough::filesystem::{check_name, err, PassthroughFs, FUSE_ATTR_S
 use crate::passthrough::request_types::{Context, Entry};
 use crate::passthrough::state::file_handle::FileHandle;
 use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
-use crate::passthrough::state::inode_table::Inode;
+use crate::passthrough::state::inode_table::{Inode, ROOT_ID};
 use crate::passthrough::sys;
 use crate::sync::{read, write};
 
@@ -255,10 +255,20 @@ impl PassthroughFs {
         Ok(inode)
     }
 
+    /// `""` and `"."` name the directory itself, `".."` its parent, except at the share root,
+    /// whose parent is itself: the Windows guest service opens the share with LOOKUP(1, "."),
+    /// and walks symlink targets from the share root (`/abs` starts with LOOKUP(1, ""), `../x`
+    /// with LOOKUP(1, "..")). Each adds a lookup the guest owes a FORGET for, as any LOOKUP.
     pub fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
-        check_name(name)?;
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
+        let at_root = dir.nodeid == ROOT_ID;
+        match name.to_bytes() {
+            b"" | b"." => return Ok(self.lookup_by_fd(&dir, fd.as_fd(), c".")?.0),
+            b".." if at_root => return Ok(self.lookup_by_fd(&dir, fd.as_fd(), c".")?.0),
+            b".." => return Ok(self.lookup_by_fd(&dir, fd.as_fd(), c"..")?.0),
+            _ => check_name(name)?,
+        }
         if self.cfg.inode_file_handles != InodeFileHandles::Never && known_streak::likely() {
             let st = sys::statx(fd.as_fd(), name, 0, sys::STATX_WANTED)?;
             if let Some(e) = self.lookup_known(&dir, fd.as_fd(), name, st)? {

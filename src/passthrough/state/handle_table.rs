@@ -63,6 +63,11 @@ struct Shard {
     held: AtomicUsize,
 }
 
+/// The fh no open file ever has: numbers start at 1. A request naming it names no handle (the
+/// Windows guest service sends GETATTR with FUSE_GETATTR_FH and RELEASE with fh 0 for a node it
+/// never opened, a symlink).
+pub const NO_FH: u64 = 0;
+
 pub struct HandleTable {
     shards: Box<[Shard]>,
     next: AtomicU64,
