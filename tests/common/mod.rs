@@ -18,6 +18,7 @@ pub mod session;
 pub mod smoke;
 pub mod temp_dir;
 pub mod virtqueue;
+pub mod windows_client;
 
 pub use daemon::{spawn_vhostfs, virtiofsd_path, Daemon};
 pub use frontend::{GuestOptions, SavedState, TestGuest};

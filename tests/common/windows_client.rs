@@ -1,0 +1,513 @@
+//! A client that sends what the Windows "VirtIO-FS Service" sends (virtio-win's
+//! `viofs/svc/virtiofs.cpp`, commit fbcc19d, read for this; `shared/notes/windows-guest.md` has
+//! the account request by request, `L<n>` its lines), for the operations a user makes from
+//! Explorer or `cmd`: mount, `dir /s`, open + read, copy a file or folder in, overwrite, rename,
+//! delete, and the symlinks met on the way.
+//!
+//! What it keeps from the service: INIT asks FUSE 7.31 with only DO_READDIRPLUS | MAX_PAGES
+//! and `max_readahead` 0 (L2710); every header carries uid = gid = 0 but CREATE, MKDIR and
+//! FALLOCATE, which carry the share root's owner (L247, L672, L722, L2051); there is no node-ID
+//! cache: every path is walked from node 1, one LOOKUP per component, the root itself being
+//! `LOOKUP(1, ".")`, a symlink inside a path read and its target walked from the share root
+//! (L1012); WinFsp walks a path twice per open (GetSecurityByName, then Open); every lookup the
+//! service makes (LOOKUP, CREATE, MKDIR, non-dot READDIRPLUS entries) is counted, and given back
+//! with one FORGET (hiprio queue) only after a successful UNLINK or RMDIR (L766); a CREATE or
+//! MKDIR that returns a node ID still counted fails (L693, L738). Every reply is checked: an
+//! error is returned to the caller with the opcode, and every one seen is counted by opcode.
+//!
+//! Requests go one at a time per client; WinFsp's 4–16 dispatcher threads are several clients
+//! on one guest (each [`WindowsClient`] is cheap to clone onto another queue).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::frontend::TestGuest;
+use super::fuse_abi::*;
+use super::fuse_client::{from_bytes, FuseClient};
+
+/// `fuse_init_in` of FUSE 7.31: the service's (viofs/shared/fuse.h).
+const INIT_MINOR: u32 = 31;
+const INIT_FLAGS: u32 = (FUSE_DO_READDIRPLUS | FUSE_MAX_PAGES) as u32;
+/// READDIRPLUS size: WinFsp's directory buffer length (65,520) × 2 (L2423).
+pub const READDIRPLUS_SIZE: u32 = 131_040;
+/// The emptiness check's READDIR (L1175): a 4 KiB buffer less the reply header.
+const EMPTY_CHECK_SIZE: u32 = 4096 - 16;
+/// READLINK's reply buffer: 300 bytes with the header (L852).
+const READLINK_REPLY: usize = 300;
+const O_DIRECTORY: u32 = 0o200000;
+
+/// A failed request: its opcode and errno.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failed {
+    pub opcode: u32,
+    pub errno: i32,
+}
+
+type R<T> = Result<T, Failed>;
+
+fn failed(opcode: u32) -> impl Fn(i32) -> Failed {
+    move |errno| Failed { opcode, errno }
+}
+
+/// What the service holds of an open file or directory (`VIRTFS_FILE_CONTEXT`).
+#[derive(Clone, Copy, Debug)]
+pub struct Opened {
+    pub nodeid: u64,
+    /// 0 for a symlink, which is never opened.
+    pub fh: u64,
+    pub is_dir: bool,
+    pub attr: Attr,
+}
+
+#[derive(Default)]
+struct Counts {
+    /// The service's `LookupMap`: lookups of each node it has not given back.
+    lookups: HashMap<u64, u64>,
+    /// Error replies by opcode.
+    errors: HashMap<u32, u64>,
+}
+
+pub struct WindowsClient {
+    c: FuseClient,
+    /// The share root's owner, from `LOOKUP(1, ".")` (the service's `OwnerUid/OwnerGid`).
+    owner: (u32, u32),
+    max_pages: u32,
+    max_write: u32,
+    counts: Arc<Mutex<Counts>>,
+}
+
+impl WindowsClient {
+    /// Mount: INIT, STATFS(1), `LOOKUP(1, ".")` (L2710, L1308, GetSecurityByName of `\`).
+    pub fn mount(guest: Arc<TestGuest>) -> R<WindowsClient> {
+        let c = FuseClient::new(guest, 0);
+        let mut body = Vec::new();
+        for v in [FUSE_KERNEL_VERSION, INIT_MINOR, 0, INIT_FLAGS] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+        let reply = c
+            .raw(FUSE_INIT, ROOT, &body, 16 + 64)
+            .map_err(failed(FUSE_INIT))?;
+        let init: InitOut = from_bytes(&reply, "INIT");
+        let mut w = WindowsClient {
+            c,
+            owner: (0, 0),
+            max_pages: if init.max_pages == 0 {
+                32
+            } else {
+                u32::from(init.max_pages)
+            },
+            max_write: init.max_write,
+            counts: Arc::default(),
+        };
+        if w.max_write == 0 {
+            return Err(Failed {
+                opcode: FUSE_INIT,
+                errno: 0,
+            });
+        }
+        w.c.statfs(ROOT).map_err(failed(FUSE_STATFS))?;
+        let root = w.lookup(ROOT, ".")?;
+        w.owner = (root.attr.uid, root.attr.gid);
+        Ok(w)
+    }
+
+    /// The same session on request queue `queue` (another WinFsp dispatcher thread).
+    pub fn on_queue(&self, queue: usize) -> WindowsClient {
+        WindowsClient {
+            c: self.c.on_queue(queue),
+            owner: self.owner,
+            max_pages: self.max_pages,
+            max_write: self.max_write,
+            counts: Arc::clone(&self.counts),
+        }
+    }
+
+    pub fn owner(&self) -> (u32, u32) {
+        self.owner
+    }
+
+    /// Lookups the service holds of `nodeid` and has not given back.
+    pub fn held(&self, nodeid: u64) -> u64 {
+        self.counts
+            .lock()
+            .unwrap()
+            .lookups
+            .get(&nodeid)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Nodes the service holds.
+    pub fn nodes_held(&self) -> usize {
+        self.counts.lock().unwrap().lookups.len()
+    }
+
+    /// Error replies seen, by opcode.
+    pub fn errors(&self) -> HashMap<u32, u64> {
+        self.counts.lock().unwrap().errors.clone()
+    }
+
+    fn check<T>(&self, opcode: u32, r: Result<T, i32>) -> R<T> {
+        r.map_err(|errno| {
+            *self
+                .counts
+                .lock()
+                .unwrap()
+                .errors
+                .entry(opcode)
+                .or_default() += 1;
+            Failed { opcode, errno }
+        })
+    }
+
+    fn count(&self, nodeid: u64) {
+        *self
+            .counts
+            .lock()
+            .unwrap()
+            .lookups
+            .entry(nodeid)
+            .or_default() += 1;
+    }
+
+    /// A node a CREATE or MKDIR returned: a node ID the service still holds makes it fail
+    /// (`LookupMap.emplace` refuses it, L693/L738).
+    fn created(&self, opcode: u32, nodeid: u64) -> R<()> {
+        let mut counts = self.counts.lock().unwrap();
+        if counts.lookups.contains_key(&nodeid) {
+            *counts.errors.entry(opcode).or_default() += 1;
+            return Err(Failed {
+                opcode,
+                errno: libc::EEXIST,
+            });
+        }
+        counts.lookups.insert(nodeid, 1);
+        Ok(())
+    }
+
+    fn lookup(&self, parent: u64, name: &str) -> R<EntryOut> {
+        let e = self.check(FUSE_LOOKUP, self.c.lookup(parent, name))?;
+        self.count(e.nodeid);
+        Ok(e)
+    }
+
+    /// READLINK with the service's 300-byte reply buffer.
+    pub fn readlink(&self, nodeid: u64) -> R<String> {
+        let target = self.check(
+            FUSE_READLINK,
+            self.c.raw(FUSE_READLINK, nodeid, &[], READLINK_REPLY),
+        )?;
+        Ok(String::from_utf8_lossy(&target).into_owned())
+    }
+
+    /// `PathWalkthough` (L1012): one LOOKUP per component of `path` but the last, from node
+    /// 1; a symlink among them is read and its target walked from the share root. Returns the
+    /// parent's node and the last component's name.
+    pub fn walk_parent<'p>(&self, path: &'p str) -> R<(u64, &'p str)> {
+        let mut parent = ROOT;
+        let mut rest = path;
+        while let Some((name, tail)) = rest.split_once('/') {
+            let mut e = self.lookup(parent, name)?;
+            if e.attr.mode & libc::S_IFLNK == libc::S_IFLNK {
+                let target = self.readlink(e.nodeid)?;
+                e = self.walk(&target)?.1;
+            }
+            parent = e.nodeid;
+            rest = tail;
+        }
+        Ok((parent, rest))
+    }
+
+    /// `VirtFsLookupFileName` (L1059): [`Self::walk_parent`], then the LOOKUP of the last
+    /// component (the root itself: `LOOKUP(1, ".")`). Returns the parent's node and the entry.
+    pub fn walk(&self, path: &str) -> R<(u64, EntryOut)> {
+        if path.is_empty() {
+            return Ok((ROOT, self.lookup(ROOT, ".")?));
+        }
+        let (parent, name) = self.walk_parent(path)?;
+        Ok((parent, self.lookup(parent, name)?))
+    }
+
+    /// GetSecurityByName + Open (L1346, L1520): two walks, then OPEN or OPENDIR unless the
+    /// leaf is a symlink (fh 0), then GETATTR with FUSE_GETATTR_FH.
+    pub fn open(&self, path: &str, flags: u32) -> R<Opened> {
+        self.walk(path)?;
+        let (_, e) = self.walk(path)?;
+        let is_link = e.attr.mode & libc::S_IFLNK == libc::S_IFLNK;
+        let is_dir = !is_link && e.attr.mode & libc::S_IFDIR != 0;
+        let fh = if is_link {
+            0
+        } else if is_dir {
+            let o = self
+                .c
+                .opendir(e.nodeid, libc::O_RDONLY as u32 | O_DIRECTORY);
+            self.check(FUSE_OPENDIR, o)?.fh
+        } else {
+            self.check(FUSE_OPEN, self.c.open(e.nodeid, flags))?.fh
+        };
+        let a = self.check(FUSE_GETATTR, self.c.getattr(e.nodeid, Some(fh)))?;
+        Ok(Opened {
+            nodeid: e.nodeid,
+            fh,
+            is_dir,
+            attr: a.attr,
+        })
+    }
+
+    /// Close (L1604): RELEASE or RELEASEDIR (of fh 0 too). WinFsp's Close returns nothing: an
+    /// error reply is counted and otherwise ignored, as the service ignores it.
+    pub fn close(&self, o: &Opened) {
+        let _ = if o.is_dir {
+            self.check(FUSE_RELEASEDIR, self.c.releasedir(o.nodeid, o.fh))
+        } else {
+            self.check(FUSE_RELEASE, self.c.release(o.nodeid, o.fh, 0))
+        };
+    }
+
+    /// ReadDirectory of an open directory (L2390): READDIRPLUS pages from offset 0 until an
+    /// empty reply; each non-dot entry counted; a symlink entry's target read and walked
+    /// (FixReparsePointAttributes). Returns `(name, entry)` in listing order, dots included.
+    pub fn read_directory(&self, dir: &Opened) -> R<Vec<(String, EntryOut)>> {
+        let mut out = Vec::new();
+        let mut offset = 0;
+        loop {
+            let page = self
+                .c
+                .readdirplus(dir.nodeid, dir.fh, offset, READDIRPLUS_SIZE);
+            let page = self.check(FUSE_READDIRPLUS, page)?;
+            if page.is_empty() {
+                return Ok(out);
+            }
+            for d in page {
+                let name = String::from_utf8_lossy(&d.dirent.name).into_owned();
+                if name != "." && name != ".." {
+                    self.count(d.entry.nodeid);
+                }
+                if d.entry.attr.mode & libc::S_IFMT == libc::S_IFLNK {
+                    let target = self.readlink(d.entry.nodeid)?;
+                    // A dangling link is listed all the same.
+                    let _ = self.walk(&target);
+                }
+                offset = d.dirent.off;
+                out.push((name, d.entry));
+            }
+        }
+    }
+
+    /// `dir /s` below `path`: every directory opened and listed, recursively. Returns the paths
+    /// of everything listed (dots left out), directories first in each.
+    pub fn dir_s(&self, path: &str) -> R<Vec<String>> {
+        let d = self.open(path, 0)?;
+        let entries = self.read_directory(&d)?;
+        self.close(&d);
+        let mut all = Vec::new();
+        for (name, e) in entries {
+            if name == "." || name == ".." {
+                continue;
+            }
+            let p = if path.is_empty() {
+                name
+            } else {
+                format!("{path}/{name}")
+            };
+            all.push(p.clone());
+            if e.attr.mode & libc::S_IFMT == libc::S_IFDIR {
+                all.extend(self.dir_s(&p)?);
+            }
+        }
+        Ok(all)
+    }
+
+    /// Open + read a whole file: READs of `max_pages` × 4 KiB until a short one.
+    pub fn read_file(&self, path: &str) -> R<Vec<u8>> {
+        let o = self.open(path, libc::O_RDONLY as u32)?;
+        let chunk = self.max_pages * 4096;
+        let mut data = Vec::new();
+        loop {
+            let r = self.c.read(o.nodeid, o.fh, data.len() as u64, chunk);
+            let r = self.check(FUSE_READ, r)?;
+            let n = r.len();
+            data.extend_from_slice(&r);
+            if n < chunk as usize {
+                break;
+            }
+        }
+        self.close(&o);
+        Ok(data)
+    }
+
+    /// Copy a file in (Create, L1437, then writes, SetBasicInfo, Cleanup): the walk of `path`
+    /// ends in ENOENT; two walks of the path's parents; CREATE (access mode | O_EXCL, no O_CREAT, mode
+    /// 0664, umask 0, the owner's ids); for a non-empty file SetFileSize with the allocation
+    /// size (GETATTR, FALLOCATE KEEP_SIZE, GETATTR); WRITEs of `max_write`, each followed by
+    /// GETATTR; SetBasicInfo (SETATTR of mode 0664, atime, mtime, ctime through the fh) +
+    /// GETATTR; RELEASE.
+    pub fn copy_in(&self, path: &str, data: &[u8]) -> R<u64> {
+        match self.walk(path) {
+            Err(Failed {
+                errno: libc::ENOENT,
+                ..
+            }) => {}
+            Ok(_) => {
+                return Err(Failed {
+                    opcode: FUSE_LOOKUP,
+                    errno: libc::EEXIST,
+                })
+            }
+            Err(e) => return Err(e),
+        }
+        self.walk_parent(path)?;
+        let (parent, name) = self.walk_parent(path)?;
+        let owner = self.c.with_creds(self.owner.0, self.owner.1);
+        let flags = (libc::O_RDWR | libc::O_EXCL) as u32;
+        let created = owner.create(parent, name, 0o664, flags, 0);
+        let (e, o) = self.check(FUSE_CREATE, created)?;
+        self.created(FUSE_CREATE, e.nodeid)?;
+        if !data.is_empty() {
+            self.check(FUSE_GETATTR, self.c.getattr(e.nodeid, Some(o.fh)))?;
+            let len = data.len() as u64;
+            let f = owner.fallocate(e.nodeid, o.fh, 0, len, libc::FALLOC_FL_KEEP_SIZE as u32);
+            self.check(FUSE_FALLOCATE, f)?;
+            self.check(FUSE_GETATTR, self.c.getattr(e.nodeid, Some(o.fh)))?;
+        }
+        for (i, chunk) in data.chunks(self.max_write as usize).enumerate() {
+            let off = (i * self.max_write as usize) as u64;
+            let n = self.check(FUSE_WRITE, self.c.write(e.nodeid, o.fh, off, chunk))?;
+            if n as usize != chunk.len() {
+                return Err(Failed {
+                    opcode: FUSE_WRITE,
+                    errno: libc::EIO,
+                });
+            }
+            self.check(FUSE_GETATTR, self.c.getattr(e.nodeid, Some(o.fh)))?;
+        }
+        self.set_basic_info(e.nodeid, Some(o.fh), false)?;
+        self.check(FUSE_RELEASE, self.c.release(e.nodeid, o.fh, flags))?;
+        Ok(e.nodeid)
+    }
+
+    /// Create a folder: two walks of the path's parents, MKDIR (mode 0775 | 0111 = 0775, umask 0, the
+    /// owner's ids), OPENDIR, RELEASEDIR.
+    pub fn mkdir(&self, path: &str) -> R<u64> {
+        self.walk_parent(path)?;
+        let (parent, name) = self.walk_parent(path)?;
+        let owner = self.c.with_creds(self.owner.0, self.owner.1);
+        let e = self.check(FUSE_MKDIR, owner.mkdir(parent, name, 0o775, 0))?;
+        self.created(FUSE_MKDIR, e.nodeid)?;
+        let o = self
+            .c
+            .opendir(e.nodeid, libc::O_RDONLY as u32 | O_DIRECTORY);
+        let o = self.check(FUSE_OPENDIR, o)?;
+        self.check(FUSE_RELEASEDIR, self.c.releasedir(e.nodeid, o.fh))?;
+        Ok(e.nodeid)
+    }
+
+    /// SetBasicInfo (L1873): mode 0664 (0444 read-only; a directory's with the S_IFDIR bits),
+    /// atime, mtime and ctime, through the fh of a file, then GETATTR.
+    fn set_basic_info(&self, nodeid: u64, fh: Option<u64>, dir: bool) -> R<()> {
+        let mut s = SetattrIn {
+            valid: FATTR_MODE | FATTR_ATIME | FATTR_MTIME | FATTR_CTIME,
+            mode: if dir { libc::S_IFDIR | 0o775 } else { 0o664 },
+            atime: 1_700_000_000,
+            mtime: 1_700_000_000,
+            ctime: 1_700_000_000,
+            ..Default::default()
+        };
+        if let Some(fh) = fh {
+            s.valid |= FATTR_FH;
+            s.fh = fh;
+        }
+        self.check(FUSE_SETATTR, self.c.setattr(nodeid, &s))?;
+        self.check(FUSE_GETATTR, self.c.getattr(nodeid, fh))?;
+        Ok(())
+    }
+
+    /// Change a folder's attributes as Explorer's properties do (SetBasicInfo on a directory:
+    /// no fh, the S_IFDIR bits in the mode).
+    pub fn touch_dir(&self, path: &str) -> R<()> {
+        let o = self.open(path, 0)?;
+        let r = self.set_basic_info(o.nodeid, None, true);
+        self.close(&o);
+        r
+    }
+
+    /// Overwrite (L1558): open for writing, SetFileSize to 0 (SETATTR SIZE | FH) + GETATTR,
+    /// WRITEs, RELEASE.
+    pub fn overwrite(&self, path: &str, data: &[u8]) -> R<()> {
+        let o = self.open(path, libc::O_WRONLY as u32)?;
+        let s = SetattrIn {
+            valid: FATTR_SIZE | FATTR_FH,
+            fh: o.fh,
+            ..Default::default()
+        };
+        self.check(FUSE_SETATTR, self.c.setattr(o.nodeid, &s))?;
+        self.check(FUSE_GETATTR, self.c.getattr(o.nodeid, Some(o.fh)))?;
+        for (i, chunk) in data.chunks(self.max_write as usize).enumerate() {
+            let off = (i * self.max_write as usize) as u64;
+            self.check(FUSE_WRITE, self.c.write(o.nodeid, o.fh, off, chunk))?;
+        }
+        self.close(&o);
+        Ok(())
+    }
+
+    /// Rename (L2108), of an open file: PathWalkthough of both paths, RENAME2 with flags 0
+    /// (a file replacing) or 1 (RENAME_NOREPLACE: no replace asked, or a directory); on EINVAL
+    /// the service retries as plain RENAME (L955), which drops NOREPLACE: counted as an error
+    /// reply all the same.
+    pub fn rename(&self, from: &str, to: &str, replace: bool) -> R<()> {
+        let o = self.open(from, 0)?;
+        let (old_parent, from_name) = self.walk_parent(from)?;
+        let (new_parent, to_name) = self.walk_parent(to)?;
+        let flags = u32::from(o.is_dir || !replace);
+        let r = self
+            .c
+            .rename2(old_parent, from_name, new_parent, to_name, flags);
+        let r = match self.check(FUSE_RENAME2, r) {
+            Err(Failed {
+                errno: libc::EINVAL,
+                ..
+            }) => {
+                let r = self.c.rename(old_parent, from_name, new_parent, to_name);
+                self.check(FUSE_RENAME, r)
+            }
+            other => other,
+        };
+        self.close(&o);
+        r
+    }
+
+    /// Delete (DeleteFile + Cleanup, L1943): open; a directory must read empty (READDIR of one
+    /// 4 KiB page: 2 entries or fewer); walk of the parent, UNLINK or RMDIR, FORGET of the
+    /// node with every lookup the service made of it, RELEASE.
+    pub fn delete(&self, path: &str) -> R<()> {
+        let o = self.open(path, 0)?;
+        if o.is_dir {
+            let r = self.c.readdir(o.nodeid, o.fh, 0, EMPTY_CHECK_SIZE);
+            if self.check(FUSE_READDIR, r)?.len() > 2 {
+                self.close(&o);
+                return Err(Failed {
+                    opcode: FUSE_READDIR,
+                    errno: libc::ENOTEMPTY,
+                });
+            }
+        }
+        let (parent, name) = self.walk_parent(path)?;
+        let r = if o.is_dir {
+            self.check(FUSE_RMDIR, self.c.rmdir(parent, name))
+        } else {
+            self.check(FUSE_UNLINK, self.c.unlink(parent, name))
+        };
+        if r.is_ok() {
+            let n = self
+                .counts
+                .lock()
+                .unwrap()
+                .lookups
+                .remove(&o.nodeid)
+                .unwrap_or(0);
+            self.c.forget(o.nodeid, n);
+        }
+        self.close(&o);
+        r
+    }
+}
