@@ -170,6 +170,8 @@ impl Harness {
             readonly: false,
             xattr: true,
             announce_submounts: false,
+            // Every name the fuzzer sends also goes through the Windows name mapping.
+            windows_names: true,
             fd_budget: FD_BUDGET,
             xattrmap: None,
             ids: Default::default(),

@@ -132,6 +132,9 @@ pub struct Config {
     pub migration: MigrationConfig,
     /// `--preserve-noatime`: keep the guest's O_NOATIME when opening (default off: cleared).
     pub preserve_noatime: bool,
+    /// `--windows-names`: host names Windows cannot hold shown as private-use characters
+    /// (default off).
+    pub windows_names: bool,
     /// `--killpriv-v2` / `--no-killpriv-v2`, `-o killpriv_v2` / `-o no_killpriv_v2` (default
     /// off): negotiate FUSE_HANDLE_KILLPRIV_V2.
     pub killpriv_v2: bool,
@@ -437,6 +440,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         writeback: eff.writeback,
         migration,
         preserve_noatime: opt.preserve_noatime,
+        windows_names: opt.windows_names,
         killpriv_v2: eff.killpriv_v2.value,
         announce_submounts: eff.announce_submounts,
         log_level: if opt.compat_debug {

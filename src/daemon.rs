@@ -286,6 +286,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         xattrmap: cfg.xattrmap.clone(),
         ids: cfg.translate.clone(),
         announce_submounts: cfg.announce_submounts,
+        windows_names: cfg.windows_names,
         fd_budget: budget,
         fd_cache_size: cfg.fd_cache_size,
         migration: cfg.migration,

@@ -262,6 +262,12 @@ pub(super) struct Opt {
     #[arg(long = "preserve-noatime")]
     pub(super) preserve_noatime: bool,
 
+    /// Show host names Windows cannot hold (\ : * ? " < > |, control characters, a trailing
+    /// dot or space) as the private-use characters WinFsp and Samba use (U+F000 + the
+    /// character), and map them back [default: off]
+    #[arg(long = "windows-names")]
+    pub(super) windows_names: bool,
+
     /// How to perform migration (find-paths, file-handles) [default: find-paths]
     #[arg(long = "migration-mode", value_parser = one_of(MIGRATION_MODE, false))]
     pub(super) migration_mode: Option<String>,

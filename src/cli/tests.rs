@@ -63,6 +63,7 @@ fn defaults_match_virtiofsd() {
             writeback: false,
             migration: Default::default(),
             preserve_noatime: false,
+            windows_names: false,
             killpriv_v2: false,
             announce_submounts: true,
             log_level: log::LevelFilter::Info,

@@ -49,6 +49,9 @@ pub struct FsConfig {
     /// and host (the identity by default).
     pub ids: IdMaps,
     pub announce_submounts: bool,
+    /// `--windows-names`: host names Windows cannot hold shown as private-use characters, and
+    /// mapped back (`policy/windows_names.rs`).
+    pub windows_names: bool,
     /// How many fds the guest may make us hold (opened files, dirs, O_PATH inodes).
     pub fd_budget: usize,
     /// How many O_PATH fds of handle-backed inodes the fd cache may hold (0: no cache).
@@ -76,6 +79,7 @@ impl FsConfig {
             xattrmap: None,
             ids: Default::default(),
             announce_submounts: false,
+            windows_names: false,
             fd_budget: 1000,
             fd_cache_size: crate::passthrough::state::fd_cache::DEFAULT_SIZE,
             migration: Default::default(),

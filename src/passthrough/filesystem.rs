@@ -3,6 +3,7 @@
 //! the caller's ids, attribute replies). The operations are in `ops/`, each an
 //! `impl PassthroughFs` block.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::io;
@@ -12,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use super::config::{FsConfig, InodeFileHandles};
 use super::policy::credentials::Credentials;
 use super::policy::killpriv::{self, KillPrivs};
+use super::policy::windows_names;
 use super::policy::writeback::Writeback;
 use super::request_types::{Attr, Context, FsGauges};
 use super::state::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
@@ -329,5 +331,45 @@ impl PassthroughFs {
     /// ([`killpriv::clear_mapped_capability`]).
     pub(super) fn clear_mapped_capability(&self, fd: BorrowedFd) -> io::Result<()> {
         killpriv::clear_mapped_capability(self.mapped_capability.as_deref(), fd)
+    }
+
+    /// A name from the guest as the host has it: as it came, or mapped back under
+    /// `--windows-names` (`policy/windows_names.rs`).
+    pub(super) fn name_from_guest<'a>(&self, name: &'a CStr) -> Cow<'a, CStr> {
+        if self.cfg.windows_names {
+            windows_names::to_host(name)
+        } else {
+            Cow::Borrowed(name)
+        }
+    }
+
+    /// A symlink target from the guest as the host has it ([`Self::name_from_guest`] of each
+    /// component).
+    pub(super) fn target_from_guest<'a>(&self, target: &'a CStr) -> Cow<'a, CStr> {
+        if self.cfg.windows_names {
+            windows_names::target_to_host(target)
+        } else {
+            Cow::Borrowed(target)
+        }
+    }
+
+    /// A host name as the guest sees it (READDIR, READDIRPLUS).
+    pub(super) fn name_to_guest<'a>(&self, name: &'a [u8]) -> Cow<'a, [u8]> {
+        if self.cfg.windows_names {
+            windows_names::to_guest(name)
+        } else {
+            Cow::Borrowed(name)
+        }
+    }
+
+    /// A symlink target as the guest sees it (READLINK).
+    pub(super) fn target_to_guest(&self, target: Vec<u8>) -> Vec<u8> {
+        if !self.cfg.windows_names {
+            return target;
+        }
+        match windows_names::target_to_guest(&target) {
+            Cow::Borrowed(_) => target,
+            Cow::Owned(t) => t,
+        }
     }
 }

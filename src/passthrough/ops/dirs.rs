@@ -112,11 +112,12 @@ impl PassthroughFs {
             } else {
                 None
             };
+            let shown = self.name_to_guest(name);
             let dent = DirEntry {
                 ino,
                 off: next,
                 kind,
-                name,
+                name: &shown,
             };
             if !add(&dent, entry.as_ref()) {
                 if let Some(e) = entry {

@@ -66,7 +66,8 @@ impl PassthroughFs {
         if !inode.is_symlink() {
             return Err(err(libc::EINVAL));
         }
-        sys::readlink(self.path_fd(&inode)?.as_fd())
+        let target = sys::readlink(self.path_fd(&inode)?.as_fd())?;
+        Ok(self.target_to_guest(target))
     }
 
     /// Creates `node(mask)` (with the bits `mask` cleared from its mode) as `name` in `parent`
@@ -83,6 +84,7 @@ impl PassthroughFs {
         node: impl Fn(u32) -> NewNode<'t>,
     ) -> io::Result<Entry> {
         self.check_writable()?;
+        let name = &*self.name_from_guest(name);
         check_name(name)?;
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
@@ -106,6 +108,7 @@ impl PassthroughFs {
         target: &CStr,
         label: Option<&SecurityLabel>,
     ) -> io::Result<Entry> {
+        let target = &*self.target_from_guest(target);
         self.create_node(ctx, parent, name, None, label, |_| NewNode::Symlink {
             target,
         })
@@ -147,6 +150,7 @@ impl PassthroughFs {
 
     fn remove(&self, parent: u64, name: &CStr, flags: i32) -> io::Result<()> {
         self.check_writable()?;
+        let name = &*self.name_from_guest(name);
         check_name(name)?;
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
@@ -189,6 +193,8 @@ impl PassthroughFs {
         flags: u32,
     ) -> io::Result<()> {
         self.check_writable()?;
+        let (oldname, newname) = (self.name_from_guest(oldname), self.name_from_guest(newname));
+        let (oldname, newname) = (&*oldname, &*newname);
         check_name(oldname)?;
         check_name(newname)?;
         if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
@@ -210,6 +216,7 @@ impl PassthroughFs {
         newname: &CStr,
     ) -> io::Result<Entry> {
         self.check_writable()?;
+        let newname = &*self.name_from_guest(newname);
         check_name(newname)?;
         let inode = self.inodes.get(nodeid)?;
         if inode.is_dir() {

@@ -114,6 +114,7 @@ impl PassthroughFs {
         kill: bool,
     ) -> io::Result<(Entry, Opened)> {
         self.check_writable()?;
+        let name = &*self.name_from_guest(name);
         check_name(name)?;
         // O_EXCL stays: the name may exist on the host although the guest thought it free, and
         // an exclusive create must then fail with EEXIST rather than open the existing file.

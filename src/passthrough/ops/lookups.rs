@@ -260,6 +260,7 @@ impl PassthroughFs {
     /// and walks symlink targets from the share root (`/abs` starts with LOOKUP(1, ""), `../x`
     /// with LOOKUP(1, "..")). Each adds a lookup the guest owes a FORGET for, as any LOOKUP.
     pub fn lookup(&self, _ctx: &Context, parent: u64, name: &CStr) -> io::Result<Entry> {
+        let name = &*self.name_from_guest(name);
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
         let at_root = dir.nodeid == ROOT_ID;

@@ -4,5 +4,6 @@ pub mod acl;
 pub mod credentials;
 pub mod id_map;
 pub mod killpriv;
+pub mod windows_names;
 pub mod writeback;
 pub mod xattr_map;
