@@ -22,6 +22,8 @@
 #                   "systemd-nspawn" for systemd.sh: systemd in a container, 2 boots, ~35 s;
 #                   "migration" for migration.sh: 3 boots, 6 QEMUs, ~65 s);
 #                   "upgrade" for upgrade.sh: in-place upgrades under fio, 1 boot, ~70 s).
+#   PJDFSTEST       the pjdfstest binary of the pjdfstest cases (default:
+#                   target/pjdfstest/bin/pjdfstest, installed by .ci/setup).
 #   VHOSTFS_GUEST_DIR, QEMU, E2E_MEM, E2E_SMP: see run-guest.sh.
 # Must run as root (chown to 1000:1000 in the guest needs a root daemon).
 set -euo pipefail
@@ -115,6 +117,16 @@ translate_initramfs=$work/translate.cpio.gz
 "$here/mkinitramfs.sh" "${translate_bins[@]}" "$translate_initramfs" "$here/guest-translate-test.sh" >/dev/null \
   || { log "cannot build the translate initramfs (setfacl/getfacl: package acl; setfattr/getfattr: attr): the translate cases fail" >&2; translate_initramfs=''; }
 killpriv_initramfs=$(build_probe killpriv "killpriv case")
+# pjdfstest (crate 0.2.2, which .ci/setup installs under target/pjdfstest; PJDFSTEST=/path
+# overrides), dynamically linked: mkinitramfs.sh copies its libraries. Without it the pjdfstest
+# cases fail.
+pjdfstest=${PJDFSTEST:-$repo/target/pjdfstest/bin/pjdfstest}
+pjdfstest_initramfs=$work/pjdfstest.cpio.gz
+if [ ! -x "$pjdfstest" ] || ! "$here/mkinitramfs.sh" --extra-bin "$pjdfstest" "$pjdfstest_initramfs" \
+  "$here/guest-pjdfstest-test.sh" >/dev/null; then
+  log "no pjdfstest initramfs (binary $pjdfstest: .ci/setup installs it): the pjdfstest cases fail" >&2
+  pjdfstest_initramfs=''
+fi
 log "initramfs built in $(elapsed "$t0" "$(now)") s"
 log "daemon: ${daemon[*]} ($("${daemon[0]}" --version 2>/dev/null | head -n1 || echo 'version unknown'))"
 
@@ -221,6 +233,25 @@ else
   summary+=("posix: FAIL(posix-probe.c did not build)")
   failed=$((failed + 1))
 fi
+# pjdfstest, the POSIX suite (its Rust rewrite, crate 0.2.2), as guest root on an empty share:
+# ~400 tests of chmod, chown, link, mkdir, mkfifo, mknod, open, rename, rmdir, symlink, truncate,
+# unlink, utimensat, posix_fallocate, as root and as two dummy users; passes with 0 failures.
+# Again with --inode-file-handles=never (not for virtiofsd). A missing suite binary fails both.
+pjd_never=()
+for a in "${daemon[@]}"; do [[ "$a" == --inode-file-handles* ]] || pjd_never+=("$a"); done
+pjd_never+=(--inode-file-handles=never)
+for m in '' -never; do
+  [ -z "$m" ] || [ "$(basename "${daemon[0]}")" != virtiofsd ] || continue
+  [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" pjdfstest$m "* ]] || continue
+  if [ -z "$pjdfstest_initramfs" ]; then
+    summary+=("pjdfstest$m: FAIL(no pjdfstest initramfs: binary $pjdfstest missing? .ci/setup installs it)")
+    failed=$((failed + 1))
+  elif [ -z "$m" ]; then
+    CASE_INITRAMFS=$pjdfstest_initramfs CASE_HOST=0 run_case pjdfstest pass "${daemon[@]}"
+  else
+    CASE_INITRAMFS=$pjdfstest_initramfs CASE_HOST=0 run_case pjdfstest-never pass "${pjd_never[@]}"
+  fi
+done
 # mmap of files opened for direct I/O (--cache=never): shared mappings only with --allow-mmap
 # (FUSE_DIRECT_IO_ALLOW_MMAP; the guest refuses them with ENODEV without), private ones either
 # way; both read the host's data, and a store through a shared mapping reaches the host file.
