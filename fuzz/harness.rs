@@ -170,8 +170,10 @@ impl Harness {
             readonly: false,
             xattr: true,
             announce_submounts: false,
-            // Every name the fuzzer sends also goes through the Windows name mapping.
+            // Every name the fuzzer sends also goes through the Windows name mapping and the
+            // case-insensitive name checks.
             windows_names: true,
+            case_insensitive: true,
             fd_budget: FD_BUDGET,
             xattrmap: None,
             ids: Default::default(),

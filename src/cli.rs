@@ -135,6 +135,8 @@ pub struct Config {
     /// `--windows-names`: host names Windows cannot hold shown as private-use characters
     /// (default off).
     pub windows_names: bool,
+    /// `--case-insensitive`: names match ignoring case (default off).
+    pub case_insensitive: bool,
     /// `--killpriv-v2` / `--no-killpriv-v2`, `-o killpriv_v2` / `-o no_killpriv_v2` (default
     /// off): negotiate FUSE_HANDLE_KILLPRIV_V2.
     pub killpriv_v2: bool,
@@ -441,6 +443,7 @@ fn resolve(opt: Opt) -> Result<Action, CliError> {
         migration,
         preserve_noatime: opt.preserve_noatime,
         windows_names: opt.windows_names,
+        case_insensitive: opt.case_insensitive,
         killpriv_v2: eff.killpriv_v2.value,
         announce_submounts: eff.announce_submounts,
         log_level: if opt.compat_debug {

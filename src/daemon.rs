@@ -287,6 +287,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         ids: cfg.translate.clone(),
         announce_submounts: cfg.announce_submounts,
         windows_names: cfg.windows_names,
+        case_insensitive: cfg.case_insensitive,
         fd_budget: budget,
         fd_cache_size: cfg.fd_cache_size,
         migration: cfg.migration,

@@ -268,6 +268,12 @@ pub(super) struct Opt {
     #[arg(long = "windows-names")]
     pub(super) windows_names: bool,
 
+    /// Match names ignoring case (Unicode simple case folding), as Windows and macOS guests
+    /// expect: a lookup finds Foo.TXT for foo.txt, and a name another name folds alike to
+    /// cannot be created [default: off]
+    #[arg(long = "case-insensitive")]
+    pub(super) case_insensitive: bool,
+
     /// How to perform migration (find-paths, file-handles) [default: find-paths]
     #[arg(long = "migration-mode", value_parser = one_of(MIGRATION_MODE, false))]
     pub(super) migration_mode: Option<String>,

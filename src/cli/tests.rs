@@ -64,6 +64,7 @@ fn defaults_match_virtiofsd() {
             migration: Default::default(),
             preserve_noatime: false,
             windows_names: false,
+            case_insensitive: false,
             killpriv_v2: false,
             announce_submounts: true,
             log_level: log::LevelFilter::Info,

@@ -52,6 +52,8 @@ pub struct FsConfig {
     /// `--windows-names`: host names Windows cannot hold shown as private-use characters, and
     /// mapped back (`policy/windows_names.rs`).
     pub windows_names: bool,
+    /// `--case-insensitive`: names match ignoring case (`ops/case_names.rs`).
+    pub case_insensitive: bool,
     /// How many fds the guest may make us hold (opened files, dirs, O_PATH inodes).
     pub fd_budget: usize,
     /// How many O_PATH fds of handle-backed inodes the fd cache may hold (0: no cache).
@@ -80,6 +82,7 @@ impl FsConfig {
             ids: Default::default(),
             announce_submounts: false,
             windows_names: false,
+            case_insensitive: false,
             fd_budget: 1000,
             fd_cache_size: crate::passthrough::state::fd_cache::DEFAULT_SIZE,
             migration: Default::default(),

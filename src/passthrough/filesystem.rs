@@ -16,6 +16,7 @@ use super::policy::killpriv::{self, KillPrivs};
 use super::policy::windows_names;
 use super::policy::writeback::Writeback;
 use super::request_types::{Attr, Context, FsGauges};
+use super::state::dir_names::DirNames;
 use super::state::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
 use super::state::fd_cache::FdCache;
 use super::state::file_handle::{FileHandle, MountFds};
@@ -52,6 +53,8 @@ pub struct PassthroughFs {
     /// The host name `--xattrmap` gives the guest's `security.capability`, when it is another
     /// name (see `policy/killpriv.rs`).
     pub(super) mapped_capability: Option<CString>,
+    /// `--case-insensitive`: the names of recently used directories by folded name.
+    pub(super) dir_names: DirNames,
 }
 
 pub(super) fn err(errno: i32) -> io::Error {
@@ -147,6 +150,7 @@ impl PassthroughFs {
             no_handles: RwLock::default(),
             writeback: Writeback::default(),
             mapped_capability,
+            dir_names: DirNames::default(),
         })
     }
 

@@ -18,7 +18,7 @@
 //!   in the code must be added here, and the integration tests (which run under `kill` by
 //!   default) fail if it is not.
 //! - Arguments are not filtered (but for `unshare`, allowed with CLONE_FS alone: see
-//!   [`UNSHARE_FLAGS`]): the filter bounds what a compromised daemon can ask of the kernel, the
+//!   [`UNSHARE_FLAGS`], and `ioctl`, allowed for FS_IOC_GETFLAGS alone: [`IOCTL_REQUEST`]): the filter bounds what a compromised daemon can ask of the kernel, the
 //!   sandbox bounds what those calls can reach.
 //! - `kill` ends the whole process (`SECCOMP_RET_KILL_PROCESS`), `trap` sends SIGSYS to the
 //!   thread, `log` lets the call through and has the kernel log it (audit type 1326).
@@ -163,6 +163,11 @@ pub const ALLOWED: &[libc::c_long] = &[
 /// out of reach.
 pub const UNSHARE_FLAGS: u64 = libc::CLONE_FS as u64;
 
+/// The one `ioctl` allowed while serving, an argument filter too: FS_IOC_GETFLAGS, which reads a
+/// directory's inode flags (`--case-insensitive` leaves a host directory that is case-insensitive
+/// itself, FS_CASEFOLD_FL, to the host).
+pub const IOCTL_REQUEST: u64 = libc::FS_IOC_GETFLAGS;
+
 /// The BPF program for `mode`, `None` for [`SeccompMode::None`].
 pub fn program(mode: SeccompMode) -> Result<Option<BpfProgram>, String> {
     let mismatch = match mode {
@@ -178,6 +183,10 @@ pub fn program(mode: SeccompMode) -> Result<Option<BpfProgram>, String> {
             .and_then(|c| SeccompRule::new(vec![c]))
             .map_err(|e| format!("seccomp: {e}"))?;
     rules.insert(libc::SYS_unshare, vec![unshare]);
+    let ioctl = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, IOCTL_REQUEST)
+        .and_then(|c| SeccompRule::new(vec![c]))
+        .map_err(|e| format!("seccomp: {e}"))?;
+    rules.insert(libc::SYS_ioctl, vec![ioctl]);
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|e| format!("seccomp: unsupported architecture: {e}"))?;
     let filter = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, arch)

@@ -89,13 +89,18 @@ impl PassthroughFs {
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
         let mask = acl::creation_umask(self.proc_self_fd.as_fd(), fd.as_fd(), umask)?;
-        match label {
-            Some(label) => drop(self.create_labelled(ctx, fd.as_fd(), name, node(mask), label)?),
-            None => {
-                let _creds = self.as_caller(ctx)?;
-                self.retry_nospace(|| make_node(fd.as_fd(), name, &node(mask)))?;
+        self.case_create(&dir, fd.as_fd(), name, false, |name| {
+            match label {
+                Some(label) => {
+                    drop(self.create_labelled(ctx, fd.as_fd(), name, node(mask), label)?)
+                }
+                None => {
+                    let _creds = self.as_caller(ctx)?;
+                    self.retry_nospace(|| make_node(fd.as_fd(), name, &node(mask)))?;
+                }
             }
-        }
+            Ok(())
+        })?;
         self.lookup_at(&dir, fd.as_fd(), name)
     }
 
@@ -154,8 +159,10 @@ impl PassthroughFs {
         check_name(name)?;
         let dir = self.dir(parent)?;
         let fd = self.path_fd(&dir)?;
-        self.uncache_name(fd.as_fd(), name);
-        sys::unlinkat(fd.as_fd(), name, flags)
+        self.case_remove(&dir, fd.as_fd(), name, |name| {
+            self.uncache_name(fd.as_fd(), name);
+            sys::unlinkat(fd.as_fd(), name, flags)
+        })
     }
 
     /// Drops the cached fd of the inode `name` in `dir` names (about to be unlinked or renamed
@@ -202,10 +209,19 @@ impl PassthroughFs {
         }
         let (old, new) = (self.dir(olddir)?, self.dir(newdir)?);
         let (oldfd, newfd) = (self.path_fd(&old)?, self.path_fd(&new)?);
-        if flags & libc::RENAME_EXCHANGE == 0 {
-            self.uncache_name(newfd.as_fd(), newname);
+        let rename = |oldname: &CStr, newname: &CStr, flags: u32| {
+            if flags & libc::RENAME_EXCHANGE == 0 {
+                self.uncache_name(newfd.as_fd(), newname);
+            }
+            sys::renameat2(oldfd.as_fd(), oldname, newfd.as_fd(), newname, flags)
+        };
+        if !self.cfg.case_insensitive {
+            return rename(oldname, newname, flags);
         }
-        sys::renameat2(oldfd.as_fd(), oldname, newfd.as_fd(), newname, flags)
+        let (oldfd_b, newfd_b) = (oldfd.as_fd(), newfd.as_fd());
+        self.case_rename(
+            &old, oldfd_b, oldname, &new, newfd_b, newname, flags, rename,
+        )
     }
 
     pub fn link(
@@ -224,7 +240,9 @@ impl PassthroughFs {
         }
         let dir = self.dir(newparent)?;
         let (fd, dirfd) = (self.path_fd(&inode)?, self.path_fd(&dir)?);
-        sys::link_fd(fd.as_fd(), dirfd.as_fd(), newname)?;
+        self.case_create(&dir, dirfd.as_fd(), newname, false, |newname| {
+            sys::link_fd(fd.as_fd(), dirfd.as_fd(), newname)
+        })?;
         self.lookup_at(&dir, dirfd.as_fd(), newname)
     }
 }

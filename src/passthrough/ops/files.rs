@@ -129,23 +129,29 @@ impl PassthroughFs {
         let mask = acl::creation_umask(self.proc_self_fd.as_fd(), dirfd.as_fd(), umask)?;
         let token = self.take_token()?;
         let mode = mode & 0o7777 & !mask;
-        let fd = match label {
-            Some(label) => {
-                let node = NewNode::File { flags, mode };
-                let fd = self.create_labelled(ctx, dirfd.as_fd(), name, node, label)?;
-                fd.ok_or_else(|| err(libc::EIO))?
-            }
-            None => {
-                let _creds = self.as_caller(ctx)?;
-                // After the switch, which drops CAP_FSETID for a non-root fsuid.
-                let _fsetid = if trunc {
-                    fsetid_for_truncate(kill)?
-                } else {
-                    None
-                };
-                self.retry_nospace(|| sys::openat(dirfd.as_fd(), name, flags, mode))?
-            }
-        };
+        // Under --case-insensitive a CREATE without O_EXCL of a name another name folds alike
+        // to opens that file (`ops/case_names.rs`).
+        let (fd, alike) = self.case_create(&dir, dirfd.as_fd(), name, excl == 0, |name| {
+            let fd = match label {
+                Some(label) => {
+                    let node = NewNode::File { flags, mode };
+                    let fd = self.create_labelled(ctx, dirfd.as_fd(), name, node, label)?;
+                    fd.ok_or_else(|| err(libc::EIO))?
+                }
+                None => {
+                    let _creds = self.as_caller(ctx)?;
+                    // After the switch, which drops CAP_FSETID for a non-root fsuid.
+                    let _fsetid = if trunc {
+                        fsetid_for_truncate(kill)?
+                    } else {
+                        None
+                    };
+                    self.retry_nospace(|| sys::openat(dirfd.as_fd(), name, flags, mode))?
+                }
+            };
+            Ok(fd)
+        })?;
+        let name = alike.as_deref().unwrap_or(name);
         if trunc {
             self.clear_mapped_capability(fd.as_fd())?;
         }

@@ -6,6 +6,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use super::case_names::HostName;
 use crate::passthrough::config::InodeFileHandles;
 use crate::passthrough::filesystem::{check_name, err, PassthroughFs, FUSE_ATTR_SUBMOUNT};
 use crate::passthrough::request_types::{Context, Entry};
@@ -270,14 +271,27 @@ impl PassthroughFs {
             b".." => return Ok(self.lookup_by_fd(&dir, fd.as_fd(), c"..")?.0),
             _ => check_name(name)?,
         }
+        match self.lookup_name(&dir, fd.as_fd(), name) {
+            Err(e) if self.cfg.case_insensitive && e.raw_os_error() == Some(libc::ENOENT) => {
+                match self.case_alike(&dir, fd.as_fd(), name)? {
+                    HostName::Alike(host) => self.lookup_name(&dir, fd.as_fd(), &host),
+                    HostName::AsGiven => Err(e),
+                }
+            }
+            r => r,
+        }
+    }
+
+    /// LOOKUP of `name` as it is on the host in `dir` (open as `fd`).
+    fn lookup_name(&self, dir: &Inode, fd: BorrowedFd, name: &CStr) -> io::Result<Entry> {
         if self.cfg.inode_file_handles != InodeFileHandles::Never && known_streak::likely() {
-            let st = sys::statx(fd.as_fd(), name, 0, sys::STATX_WANTED)?;
-            if let Some(e) = self.lookup_known(&dir, fd.as_fd(), name, st)? {
+            let st = sys::statx(fd, name, 0, sys::STATX_WANTED)?;
+            if let Some(e) = self.lookup_known(dir, fd, name, st)? {
                 known_streak::saw(true);
                 return Ok(e);
             }
         }
-        let (e, held) = self.lookup_by_fd(&dir, fd.as_fd(), name)?;
+        let (e, held) = self.lookup_by_fd(dir, fd, name)?;
         known_streak::saw(held);
         Ok(e)
     }

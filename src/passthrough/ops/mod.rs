@@ -1,5 +1,6 @@
 //! The FUSE operations on the host directory, each an `impl PassthroughFs` block.
 
+mod case_names;
 mod dirs;
 mod entries;
 mod files;

@@ -1,5 +1,6 @@
 //! What the filesystem holds between requests. Nothing here imports an operation or a policy.
 
+pub mod dir_names;
 pub mod fd_budget;
 pub mod fd_cache;
 pub mod file_handle;

@@ -98,6 +98,42 @@ pub fn copy_file_range(
     })
 }
 
+/// The inode flags of `fd` (`FS_IOC_GETFLAGS`: `FS_*_FL`); not an O_PATH fd.
+pub fn inode_flags(fd: BorrowedFd) -> io::Result<u32> {
+    let mut flags: libc::c_int = 0;
+    // SAFETY: valid fd; FS_IOC_GETFLAGS writes one int into `flags` (the kernel's ioctl takes
+    // an int, whatever the `long` in its definition says).
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) })?;
+    Ok(flags as u32)
+}
+
+/// Every name of the directory open as `dir` (not O_PATH), `.` and `..` left out, read from
+/// its start.
+pub fn read_names(dir: BorrowedFd) -> io::Result<Vec<Box<[u8]>>> {
+    lseek(dir, 0, libc::SEEK_SET)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut names = Vec::new();
+    loop {
+        let n = getdents64(dir, &mut buf)?;
+        if n == 0 {
+            return Ok(names);
+        }
+        let mut pos = 0;
+        while pos + 19 <= n {
+            let reclen = usize::from(u16::from_ne_bytes([buf[pos + 16], buf[pos + 17]]));
+            if reclen < 19 || pos + reclen > n {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            let field = &buf[pos + 19..pos + reclen];
+            let name = &field[..field.iter().position(|&b| b == 0).unwrap_or(field.len())];
+            if name != b"." && name != b".." {
+                names.push(name.into());
+            }
+            pos += reclen;
+        }
+    }
+}
+
 /// getdents64 into `buf`; the bytes filled (0 at the end of the directory).
 pub fn getdents64(dir: BorrowedFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: valid fd and a writable buffer of buf.len() bytes.
