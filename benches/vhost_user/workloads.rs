@@ -24,7 +24,7 @@ pub mod perfile;
 use data::{
     check_read, check_written, mixed, randread, read_req, release_req, seqread, seqwrite, write_req,
 };
-use meta::{create, lookup, readdirplus, untimed_lookup};
+use meta::{casefold, create, lookup, readdirplus, untimed_lookup};
 
 const MIB: u64 = 1 << 20;
 /// Reply header size.
@@ -48,6 +48,8 @@ const SMALL_IO: u32 = 4096;
 const BIG_IO: u32 = 1 << 20;
 /// Name of the directory of `dir_entries` files (lookup, readdirplus).
 const BIG_DIR: &str = "dir";
+/// Name of the directory of `casefold_entries` files (casefold).
+const CASE_DIR: &str = "cased";
 /// Name of the data file (randread, seqread, mixed).
 const DATA_FILE: &str = "data.bin";
 
@@ -68,6 +70,8 @@ pub struct Sizes {
     pub seq_read_bytes: u64,
     pub seq_write_bytes: u64,
     pub mixed_ops: usize,
+    /// Files of the casefold directory.
+    pub casefold_entries: usize,
 }
 
 impl Sizes {
@@ -84,6 +88,7 @@ impl Sizes {
             seq_read_bytes: 2048 * MIB,
             seq_write_bytes: 1024 * MIB,
             mixed_ops: 160_000,
+            casefold_entries: 100_000,
         }
     }
 
@@ -100,6 +105,7 @@ impl Sizes {
             seq_read_bytes: 16 * MIB,
             seq_write_bytes: 16 * MIB,
             mixed_ops: 4_000,
+            casefold_entries: 2_000,
         }
     }
 }
@@ -123,6 +129,10 @@ pub enum Workload {
     Mixed,
     /// The per-file check: random READs of one file vs a file per thread; WRITEs of one file.
     Perfile,
+    /// `--case-insensitive` (both daemons need it; not in the default run): warm LOOKUPs of the
+    /// files of a directory of `casefold_entries` by their exact names and by the names in
+    /// another case, after one lookup in another case read the directory's names.
+    Casefold,
 }
 
 impl Workload {
@@ -156,6 +166,13 @@ impl Workload {
                 fs::write(dir.join(DATA_FILE), data_file_bytes(sizes.data_file))?;
             }
             Workload::Perfile => perfile::prepare(dir, sizes, crate::MQ)?,
+            Workload::Casefold => {
+                let d = dir.join(CASE_DIR);
+                fs::create_dir(&d)?;
+                for i in 0..sizes.casefold_entries {
+                    fs::write(d.join(cased_name(i, false)), b"x")?;
+                }
+            }
             Workload::Seqwrite => {}
         }
         Ok(())
@@ -172,6 +189,7 @@ impl Workload {
             Workload::Seqwrite => seqwrite(ctx),
             Workload::Mixed => mixed(ctx),
             Workload::Perfile => perfile::run(ctx),
+            Workload::Casefold => casefold(ctx),
         }
     }
 }
@@ -198,6 +216,15 @@ fn data_file_bytes(len: u64) -> Vec<u8> {
 fn data_byte(offset: u64) -> u8 {
     let i = offset % MIB;
     (i * 7 + i / 4096) as u8
+}
+
+/// The name of file `i` of the casefold directory, as on the host or (`other`) in another case.
+fn cased_name(i: usize, other: bool) -> String {
+    if other {
+        format!("FILE{i:06}.TXT")
+    } else {
+        format!("File{i:06}.txt")
+    }
 }
 
 fn file_name(i: usize) -> String {
