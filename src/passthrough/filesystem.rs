@@ -19,7 +19,7 @@ use super::request_types::{Attr, Context, FsGauges};
 use super::state::dir_names::DirNames;
 use super::state::fd_budget::{FdBudget, FdToken, DAEMON_RESERVE};
 use super::state::fd_cache::FdCache;
-use super::state::file_handle::{FileHandle, MountFds};
+use super::state::file_handle::{handles_are_stable, FileHandle, MountFds};
 use super::state::handle_table::HandleTable;
 use super::state::host_inode::{InodeKey, InodeSource};
 use super::state::inode_table::{Inode, InodeFd, InodeTable};
@@ -160,6 +160,16 @@ impl PassthroughFs {
         mounts: &MountFds,
         proc_self_fd: BorrowedFd,
     ) -> io::Result<()> {
+        if !handles_are_stable(sys::fs_magic(root)) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "the file handles of {} may name another file once the host forgets an \
+                     inode",
+                    sys::fs_type(root)
+                ),
+            ));
+        }
         let (h, mnt_id) = FileHandle::from_fd(root, c"")?.ok_or_else(|| err(libc::EOPNOTSUPP))?;
         mounts.ensure(mnt_id, root, libc::S_IFDIR, proc_self_fd)?;
         mounts.open(mnt_id, &h, libc::O_PATH).map(drop)?;
@@ -227,14 +237,12 @@ impl PassthroughFs {
     pub(super) fn path_fd<'a>(&self, inode: &'a Inode) -> io::Result<InodeFd<'a>> {
         match &inode.source {
             InodeSource::Fd(p) => Ok(InodeFd::Borrowed(p.fd.as_fd())),
-            InodeSource::Handle(h) => {
+            InodeSource::Handle(_) => {
                 let room = match self.fd_cache.get_or_room(inode.nodeid) {
                     Ok(fd) => return Ok(InodeFd::Shared(fd)),
                     Err(room) => room,
                 };
-                let fd = self
-                    .mounts
-                    .open(u64::from(inode.key.mnt_id), h, libc::O_PATH)?;
+                let fd = inode.open_handle(&self.mounts, libc::O_PATH)?;
                 if !room {
                     // A full shard would not keep it (see the fd cache's invariants).
                     return Ok(InodeFd::Owned(fd));

@@ -10,7 +10,7 @@ use super::case_names::HostName;
 use crate::passthrough::config::InodeFileHandles;
 use crate::passthrough::filesystem::{check_name, err, PassthroughFs, FUSE_ATTR_SUBMOUNT};
 use crate::passthrough::request_types::{Context, Entry};
-use crate::passthrough::state::file_handle::FileHandle;
+use crate::passthrough::state::file_handle::{handles_are_stable, FileHandle};
 use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
 use crate::passthrough::state::inode_table::{Inode, ROOT_ID};
 use crate::passthrough::sys;
@@ -168,6 +168,14 @@ impl PassthroughFs {
         name: &CStr,
     ) -> io::Result<Option<InodeSource>> {
         let mandatory = self.cfg.inode_file_handles == InodeFileHandles::Mandatory;
+        if self.use_handles
+            && self.mounts.get(mnt_id).is_none()
+            && !read(&self.no_handles).contains(&mnt_id)
+            && !handles_are_stable(sys::fs_magic(fd))
+        {
+            // The first inode of a mount whose handles may name another file (FUSE).
+            self.no_handles_seen(mnt_id, name, fd, mandatory);
+        }
         if self.use_handles && !read(&self.no_handles).contains(&mnt_id) {
             match FileHandle::from_fd(fd, c"")? {
                 // The inode's handles open against the mount fd of its key's mount ID.
@@ -213,9 +221,9 @@ impl PassthroughFs {
         let fs = sys::fs_type(fd);
         if mandatory {
             log::warn!(
-                "{name:?} (mount ID {mnt_id}, {fs}) has no file handles: with \
-                 --inode-file-handles=mandatory lookups there fail with EOPNOTSUPP; the rest of \
-                 the share is served"
+                "{name:?} (mount ID {mnt_id}, {fs}) has no file handles that always name their \
+                 inode: with --inode-file-handles=mandatory lookups there fail with EOPNOTSUPP; \
+                 the rest of the share is served"
             );
         } else {
             log::debug!(

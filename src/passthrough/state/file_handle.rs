@@ -119,6 +119,20 @@ impl FileHandle {
     }
 }
 
+/// FUSE's `f_type` (linux/magic.h).
+const FUSE_SUPER_MAGIC: u64 = 0x6573_5546;
+
+/// Whether the handles of the filesystem with `f_type` `magic` keep naming their inode: not for
+/// FUSE. A FUSE filesystem's handle names the node ID its server gave; without export support
+/// (GlusterFS's, and many others') `open_by_handle_at` fails with ESTALE once the host's kernel
+/// forgot the inode, or, once the server reused that node ID, opens another file (issue 35).
+/// The kernel does not tell whether a FUSE server has export support, so every FUSE mount is
+/// served through O_PATH fds in `prefer` and refused in `mandatory`, as filesystems without
+/// handles are.
+pub fn handles_are_stable(magic: Option<u64>) -> bool {
+    magic != Some(FUSE_SUPER_MAGIC)
+}
+
 /// One O_PATH fd per mount ID, to open handles against.
 ///
 /// Invariant: an fd stored under a mount ID refers to an inode on that mount and is never closed

@@ -84,16 +84,23 @@ pub fn statx(
 /// The fields LOOKUP/GETATTR need, plus the mount ID for inode identity.
 pub const STATX_WANTED: u32 = libc::STATX_BASIC_STATS | libc::STATX_MNT_ID;
 
-/// The filesystem type of what `fd` is on, for log lines: its name for the common ones, else
-/// the `f_type` magic number.
-pub fn fs_type(fd: BorrowedFd) -> String {
+/// The `f_type` magic number of the filesystem `fd` is on (`None`: fstatfs failed).
+pub fn fs_magic(fd: BorrowedFd) -> Option<u64> {
     let mut sfs = MaybeUninit::<libc::statfs>::zeroed();
     // SAFETY: valid fd and a writable statfs buffer.
     if unsafe { libc::fstatfs(fd.as_raw_fd(), sfs.as_mut_ptr()) } < 0 {
-        return "unknown filesystem".into();
+        return None;
     }
     // SAFETY: fstatfs filled it.
-    let magic = unsafe { sfs.assume_init() }.f_type as u64;
+    Some(unsafe { sfs.assume_init() }.f_type as u64)
+}
+
+/// The filesystem type of what `fd` is on, for log lines: its name for the common ones, else
+/// the `f_type` magic number.
+pub fn fs_type(fd: BorrowedFd) -> String {
+    let Some(magic) = fs_magic(fd) else {
+        return "unknown filesystem".into();
+    };
     let name = match magic {
         0xef53 => "ext4",
         0x5846_5342 => "xfs",

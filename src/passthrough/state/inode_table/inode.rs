@@ -80,6 +80,28 @@ impl Inode {
         replaced(&self.source, other)
     }
 
+    /// Opens the inode's file handle with `flags`, and checks that what it opened is the inode
+    /// the table recorded: the same inode number and type. A handle that opens another file
+    /// (a filesystem that reused the number its handles name, as FUSE filesystems without export
+    /// support do) or none is ESTALE, never another file's data.
+    pub fn open_handle(&self, mounts: &MountFds, flags: i32) -> io::Result<OwnedFd> {
+        let InodeSource::Handle(h) = &self.source else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        let fd = mounts.open(u64::from(self.key.mnt_id), h, flags)?;
+        let st = sys::statx(fd.as_fd(), c"", 0, libc::STATX_INO | libc::STATX_TYPE)?;
+        if st.stx_ino != self.key.ino || u32::from(st.stx_mode) & libc::S_IFMT != self.kind {
+            log::debug!(
+                "the handle of node {} (inode {}) opened inode {}: stale",
+                self.nodeid,
+                self.key.ino,
+                st.stx_ino
+            );
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        Ok(fd)
+    }
+
     /// Opens the inode for I/O with `flags` (never following a symlink: callers refuse
     /// symlinks first). O_PATH fds are re-opened through the pre-opened `/proc/self/fd`.
     pub fn open(
@@ -92,7 +114,7 @@ impl Inode {
             return Err(io::Error::from_raw_os_error(libc::ELOOP));
         }
         match &self.source {
-            InodeSource::Handle(h) => mounts.open(u64::from(self.key.mnt_id), h, flags),
+            InodeSource::Handle(_) => self.open_handle(mounts, flags),
             // The inode is known not to be a symlink (checked above).
             InodeSource::Fd(p) => sys::reopen(proc_self_fd, p.fd.as_fd(), flags),
             InodeSource::Invalid => Err(io::Error::from_raw_os_error(libc::EIO)),

@@ -183,3 +183,43 @@ fn restored_nodes_keep_their_ids_and_counts() {
     assert_eq!(t.len(), 1);
     assert!(t.get(0x54).is_err());
 }
+
+/// A handle that opens an inode other than the one the table recorded (another number, or
+/// another type) is ESTALE: never another file's data (issue 35).
+#[test]
+fn a_handle_opening_another_inode_is_stale() {
+    use crate::passthrough::state::file_handle::{FileHandle, MountFds};
+    use crate::passthrough::sys;
+    use std::os::fd::AsFd;
+    let dir = crate::temp_dir::TempDir::new("vhostfs-stale").unwrap();
+    std::fs::write(dir.join("a"), b"a").unwrap();
+    std::fs::write(dir.join("b"), b"b").unwrap();
+    let d = std::fs::File::open(dir.path()).unwrap();
+    let (h, mnt_id) = FileHandle::from_fd(d.as_fd(), c"a")
+        .unwrap()
+        .expect("tmp supports handles");
+    let mounts = MountFds::default();
+    let proc_self_fd = std::fs::File::open("/proc/self/fd").unwrap();
+    mounts
+        .ensure(mnt_id, d.as_fd(), libc::S_IFDIR, proc_self_fd.as_fd())
+        .unwrap();
+    let key = |name: &std::ffi::CStr| {
+        InodeKey::of(&sys::statx(d.as_fd(), name, 0, sys::STATX_WANTED).unwrap())
+    };
+    let inode = |k, kind| Inode::new(k, kind, InodeSource::Handle(h.clone()));
+    let fd = inode(key(c"a"), libc::S_IFREG)
+        .open_handle(&mounts, libc::O_RDONLY)
+        .expect("the recorded inode");
+    assert_eq!(
+        std::fs::read(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&fd)
+        ))
+        .unwrap(),
+        b"a"
+    );
+    for (k, kind) in [(key(c"b"), libc::S_IFREG), (key(c"a"), libc::S_IFDIR)] {
+        let r = inode(k, kind).open_handle(&mounts, libc::O_RDONLY);
+        assert_eq!(r.err().and_then(|e| e.raw_os_error()), Some(libc::ESTALE));
+    }
+}
