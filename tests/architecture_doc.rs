@@ -122,7 +122,9 @@ fn is_path(span: &str) -> bool {
         && span
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c))
-        && [".rs", ".sh", ".md", "/"].iter().any(|end| span.ends_with(end))
+        && [".rs", ".sh", ".md", "/"]
+            .iter()
+            .any(|end| span.ends_with(end))
 }
 
 #[test]
@@ -149,7 +151,9 @@ fn every_source_file_has_exactly_one_entry() {
     }
     for (name, lines) in &entries {
         if !files.contains(name) {
-            problems.push(format!("entry `{name}` (line {lines:?}): no such file under src/"));
+            problems.push(format!(
+                "entry `{name}` (line {lines:?}): no such file under src/"
+            ));
         }
     }
     assert!(
@@ -176,7 +180,10 @@ fn every_path_named_exists() {
                 root.join("src").join(span)
             };
             if !path.exists() {
-                stale.push(format!("line {n}: `{span}` ({} does not exist)", path.display()));
+                stale.push(format!(
+                    "line {n}: `{span}` ({} does not exist)",
+                    path.display()
+                ));
             }
         }
     }
@@ -213,9 +220,8 @@ fn no_wall_of_text() {
             || t.starts_with('#')
             || t.starts_with("- ")
             || t.starts_with("* ")
-            || t.split_once(". ").is_some_and(|(d, _)| {
-                !d.is_empty() && d.chars().all(|c| c.is_ascii_digit())
-            });
+            || t.split_once(". ")
+                .is_some_and(|(d, _)| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()));
         if starts_block {
             end(&mut paragraph, &mut problems);
         }

@@ -9,9 +9,13 @@ fn names_and_symlinks_cannot_escape_the_share() {
     fs::create_dir(s.shared.join("d")).unwrap();
     let d = c.lookup(ROOT, "d").unwrap();
     for parent in [ROOT, d.nodeid] {
-        for name in ["..", ".", "a/b", "/etc", "d/.."] {
+        for name in ["a/b", "/etc", "d/.."] {
             assert_eq!(c.lookup(parent, name).err(), Some(libc::EINVAL), "{name}");
         }
+        // LOOKUP of "." is the directory, of ".." its parent, the root's parent the root
+        // (issue 34, the Windows service): nothing outside the share.
+        assert_eq!(c.lookup(parent, ".").map(|e| e.nodeid), Ok(parent));
+        assert_eq!(c.lookup(parent, "..").map(|e| e.nodeid), Ok(ROOT));
         assert_eq!(c.mkdir(parent, "..", 0o755, 0).err(), Some(libc::EINVAL));
         assert_eq!(
             c.create(parent, "x/y", 0o644, libc::O_RDWR as u32, 0).err(),
