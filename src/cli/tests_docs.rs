@@ -1,5 +1,6 @@
 //! Unit tests of what the command line shows and documents: `--print-capabilities`, `--help`
-//! and `--version`, virtiofsd's options one by one, docs/options.md, the id map syntax.
+//! and `--version`, virtiofsd's options one by one, docs/options.md, the options README.md
+//! names, the id map syntax.
 
 use super::tests::{fail, parse, run};
 use super::*;
@@ -177,4 +178,109 @@ fn id_maps_use_virtiofsd_syntax() {
         let e = fail(&[&format!("--uid-map={bad}")]);
         assert!(e.contains("--uid-map"), "{bad}: {e}");
     }
+}
+
+/// Options of other programs that README.md names (`cargo build --release`, `mount --bind`,
+/// `vng --run ...`): anything else spelt `--name` there must be an option of vhostfs.
+const README_OTHER_PROGRAMS: &[&str] = &[
+    "release",      // cargo build
+    "bench",        // cargo bench
+    "bind",         // mount
+    "make-rshared", // mount
+    "run",          // vng
+    "disable-kvm",  // vng
+    "exec",         // vng
+    "rw",           // vng
+];
+
+/// The `--name` words of `text` (`--` alone, or inside a word, is none).
+fn long_options(text: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    let mut prev = ' ';
+    while let Some(at) = rest.find("--") {
+        prev = rest[..at].chars().next_back().unwrap_or(prev);
+        let tail = &rest[at + 2..];
+        let len = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .unwrap_or(tail.len());
+        let name = tail[..len].trim_end_matches('-');
+        if !(prev.is_ascii_alphanumeric() || prev == '-')
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+        {
+            names.push(name);
+        }
+        prev = '-';
+        rest = &tail[len..];
+    }
+    names
+}
+
+/// What `vhostfs --help`, `vhostfs stats --help` and `vhostfs upgrade --help` list.
+fn help_options() -> Vec<String> {
+    let mut names = Vec::new();
+    for args in [
+        &["--help"][..],
+        &["stats", "--help"],
+        &["upgrade", "--help"],
+    ] {
+        let Ok(Action::Exit { text, code: 0, .. }) = parse(args) else {
+            panic!("{args:?}");
+        };
+        names.extend(long_options(&text).into_iter().map(String::from));
+    }
+    names
+}
+
+/// What is untrue in `readme`: an option no `--help` lists (and no other program's the README
+/// names), or a paragraph saying options are "not supported yet" that names one the parser
+/// accepts.
+fn readme_problems(readme: &str) -> Vec<String> {
+    let known = help_options();
+    let mut problems = Vec::new();
+    for name in long_options(readme) {
+        if !known.iter().any(|k| k == name) && !README_OTHER_PROGRAMS.contains(&name) {
+            problems.push(format!("--{name} is in no --help"));
+        }
+    }
+    for paragraph in readme.split("\n\n") {
+        if !paragraph.contains("not supported yet") {
+            continue;
+        }
+        for name in long_options(paragraph) {
+            let option = format!("--{name}");
+            let refused = parse(&["--socket-path=/tmp/vm.sock", "--shared-dir=/srv", &option])
+                .err()
+                .is_some_and(|e| e.message() == format!("not supported yet: {option}"));
+            if !refused {
+                problems.push(format!("{option} is said to be not supported yet, but is"));
+            }
+        }
+    }
+    problems
+}
+
+/// README.md names only options vhostfs has, and claims none is "not supported yet" unless the
+/// parser refuses it so.
+#[test]
+fn readme_names_only_real_options() {
+    let problems = readme_problems(include_str!("../../README.md"));
+    assert!(problems.is_empty(), "README.md: {problems:#?}");
+    // The check bites: the README's claim of before --writeback and --killpriv-v2 were
+    // implemented, and an option that does not exist.
+    let old = "Options of virtiofsd that vhostfs does not implement yet (e.g. `--writeback`, \
+               `--killpriv-v2`) are rejected with `not supported yet: OPTION`.\n\n\
+               Use `--no-such-option`.";
+    assert_eq!(
+        readme_problems(old),
+        [
+            "--no-such-option is in no --help",
+            "--writeback is said to be not supported yet, but is",
+            "--killpriv-v2 is said to be not supported yet, but is",
+        ]
+    );
+    assert_eq!(
+        long_options("a -- b x--y `--cache=auto` --c-"),
+        ["cache", "c"]
+    );
 }
