@@ -21,7 +21,8 @@
 #                   "submounts" for submounts.sh, "libvirt" for libvirt.sh: 3 boots, ~2 min,
 #                   "systemd-nspawn" for systemd.sh: systemd in a container, 2 boots, ~35 s;
 #                   "migration" for migration.sh: 3 boots, 6 QEMUs, ~65 s);
-#                   "upgrade" for upgrade.sh: in-place upgrades under fio, 1 boot, ~70 s).
+#                   "upgrade" for upgrade.sh: in-place upgrades under fio, 1 boot, ~70 s;
+#                   "vng" for vng.sh: virtme-ng on the host's root, 4 boots, ~1.5 min).
 #   PJDFSTEST       the pjdfstest binary of the pjdfstest cases (default:
 #                   target/pjdfstest/bin/pjdfstest, installed by .ci/setup).
 #   VHOSTFS_GUEST_DIR, QEMU, E2E_MEM, E2E_SMP: see run-guest.sh.
@@ -394,6 +395,10 @@ run_script systemd-nspawn systemd.sh "vhostfs@share.socket/.service under system
 # three upgrades (SIGHUP, `vhostfs upgrade` to a second build, back); ~70 s, vhostfs only
 # (the second build: VHOSTFS2, default target/debug/vhostfs).
 run_script upgrade upgrade.sh "in-place upgrade under fio (3 upgrades, 10,000 inodes held)"
+# virtme-ng (vng) boots the guest kernel on the host's own root, served by vhostfs as the
+# virtiofsd on PATH (vng's line), as root and as a throw-away user, read-only and read-write
+# (4 boots, ~1.5 min; vhostfs only).
+run_script vng vng.sh "virtme-ng on the host's root (root/user x ro/rw)"
 # virtme-ng (vng) boots the e2e kernel on the host's root served by vhostfs as the virtiofsd on
 # PATH: as root and as a throw-away user, read-only and --rw (4 boots; vhostfs only).
 run_script vng vng.sh "virtme-ng boots a guest on vhostfs (root/user x ro/rw)"
