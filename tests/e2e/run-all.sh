@@ -395,10 +395,6 @@ run_script systemd-nspawn systemd.sh "vhostfs@share.socket/.service under system
 # three upgrades (SIGHUP, `vhostfs upgrade` to a second build, back); ~70 s, vhostfs only
 # (the second build: VHOSTFS2, default target/debug/vhostfs).
 run_script upgrade upgrade.sh "in-place upgrade under fio (3 upgrades, 10,000 inodes held)"
-# virtme-ng (vng) boots the guest kernel on the host's own root, served by vhostfs as the
-# virtiofsd on PATH (vng's line), as root and as a throw-away user, read-only and read-write
-# (4 boots, ~1.5 min; vhostfs only).
-run_script vng vng.sh "virtme-ng on the host's root (root/user x ro/rw)"
 # virtme-ng (vng) boots the e2e kernel on the host's root served by vhostfs as the virtiofsd on
 # PATH: as root and as a throw-away user, read-only and --rw (4 boots; vhostfs only).
 run_script vng vng.sh "virtme-ng boots a guest on vhostfs (root/user x ro/rw)"
