@@ -143,7 +143,8 @@ log "$vng_version, $(basename "$kernel"), virtiofsd -> $bin"
 # run_vng WHO MODE: WHO root|user, MODE ro|rw.
 run_vng() {
   local who=$1 mode=$2 name="vng-$1-$2" problems=() as=() owner=0:0 uidgid
-  local uname=root dir=$marks/$1-$2 out=$logroot/vng-$1-$2.out err=$logroot/vng-$1-$2.err
+  # Output in $work (which the user can reach, where E2E_LOG_DIR may not be), copied to the logs.
+  local uname=root dir=$marks/$1-$2 out=$work/vng-$1-$2.out err=$work/vng-$1-$2.err
   local token="written by the $1 $2 guest" rwopt=() argv='' dpid='' st=0 t1 t2 wall deadline timed_out=''
   mkdir -p "$dir"
   echo 'from the host' > "$dir/from-host"
@@ -188,6 +189,7 @@ run_vng() {
   t2=$(now)
   if [ -n "${E2E_LOCK:-}" ]; then flock -u 9; exec 9>&-; fi
   wall=$(elapsed "$t1" "$t2")
+  cp "$out" "$err" "$logroot/"
   grep '^VNG-' "$out" | sed 's/^/  guest /' || true
 
   local root read write remount want_argv cache=auto ro_opt=''
@@ -213,9 +215,9 @@ run_vng() {
     [ ! -e "$dir/marker" ] || problems+=("the host has the ro guest's marker")
   else
     [[ "$write" == "ok $token "* ]] || problems+=("guest write: '${write:-?}'")
-    [ "$(cat "$dir/marker" 2>/dev/null)" = "$token" ] || problems+=("host marker content '$(cat "$dir/marker" 2>/dev/null)'")
-    [ "$(stat -c %u:%g "$dir/marker" 2>/dev/null)" = "$owner" ] \
-      || problems+=("host marker owner $(stat -c %u:%g "$dir/marker" 2>/dev/null), want $owner")
+    [ "$(cat "$dir/marker" 2>/dev/null || true)" = "$token" ] || problems+=("host marker content '$(cat "$dir/marker" 2>/dev/null || true)'")
+    [ "$(stat -c %u:%g "$dir/marker" 2>/dev/null || true)" = "$owner" ] \
+      || problems+=("host marker owner $(stat -c %u:%g "$dir/marker" 2>/dev/null || true), want $owner")
   fi
   if [ ${#problems[@]} -eq 0 ]; then
     emit "$name: PASS | wall=${wall}s"
