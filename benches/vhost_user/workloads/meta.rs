@@ -21,12 +21,24 @@ fn lookup_phase(
     passes: usize,
     depth: usize,
 ) -> Result<(Measured, Vec<Vec<u64>>), String> {
-    let n = ctx.sizes.dir_entries;
+    named_lookups(ctx, dir, ctx.sizes.dir_entries, file_name, passes, depth)
+}
+
+/// LOOKUP of `name(i)` for `i` in `0..n` in `dir`, `passes` times over, in parallel, `depth` in
+/// flight per thread; returns the node IDs per thread (of one pass).
+fn named_lookups(
+    ctx: &Ctx,
+    dir: u64,
+    n: usize,
+    name: fn(usize) -> String,
+    passes: usize,
+    depth: usize,
+) -> Result<(Measured, Vec<Vec<u64>>), String> {
     let threads = ctx.clients.len();
     timed(ctx, n * passes, |t, c| {
         let reqs: Vec<_> = (0..passes)
             .flat_map(|_| share_of(n, t, threads))
-            .map(|i| lookup_req(c, dir, &file_name(i)))
+            .map(|i| lookup_req(c, dir, &name(i)))
             .collect();
         let mine = reqs.len() / passes;
         move |lat: &mut Vec<Duration>| {
@@ -115,45 +127,22 @@ pub(super) fn lookup(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String>
     Ok(rows)
 }
 
-/// LOOKUP of every file of the casefold directory by `name(i)`, `passes` times over, in
-/// parallel, `depth` in flight per thread; returns the node IDs per thread (of one pass).
-fn named_lookups(
-    ctx: &Ctx,
-    dir: u64,
-    name: fn(usize) -> String,
-    passes: usize,
-) -> Result<(Measured, Vec<Vec<u64>>), String> {
-    let n = ctx.sizes.casefold_entries;
-    let threads = ctx.clients.len();
-    let depth = ctx.sizes.small_depth;
-    timed(ctx, n * passes, |t, c| {
-        let reqs: Vec<_> = (0..passes)
-            .flat_map(|_| share_of(n, t, threads))
-            .map(|i| lookup_req(c, dir, &name(i)))
-            .collect();
-        let mine = reqs.len() / passes;
-        move |lat: &mut Vec<Duration>| {
-            let replies = pipeline(c, &reqs, depth * ctx.mult, "LOOKUP", lat)?;
-            Ok(replies[..mine]
-                .iter()
-                .map(|r| from_bytes::<EntryOut>(r, "LOOKUP").nodeid)
-                .collect())
-        }
-    })
-}
-
 pub(super) fn casefold(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
     let c0 = &ctx.clients[0];
     let dir = untimed_lookup(c0, FUSE_ROOT_ID, CASE_DIR)?;
-    let passes = ctx.sizes.passes;
+    let (n, passes, depth) = (
+        ctx.sizes.casefold_entries,
+        ctx.sizes.passes,
+        ctx.sizes.small_depth,
+    );
     // Every node held (as a guest that listed the directory), and the names read once by a
     // lookup in another case; then both kinds, warm.
-    let (_, nodes) = named_lookups(ctx, dir, |i| cased_name(i, false), 1)?;
+    let (_, nodes) = named_lookups(ctx, dir, n, |i| cased_name(i, false), 1, depth)?;
     untimed_lookup(c0, dir, &cased_name(0, true)).map_err(|e| {
         format!("{e} (the casefold workload needs --case-insensitive on both daemons)")
     })?;
-    let (exact, _) = named_lookups(ctx, dir, |i| cased_name(i, false), passes)?;
-    let (other, _) = named_lookups(ctx, dir, |i| cased_name(i, true), passes)?;
+    let (exact, _) = named_lookups(ctx, dir, n, |i| cased_name(i, false), passes, depth)?;
+    let (other, _) = named_lookups(ctx, dir, n, |i| cased_name(i, true), passes, depth)?;
     forget_all(c0, &nodes, 2 + 2 * passes as u64);
     Ok(vec![
         ("LOOKUP warm, exact name", exact),
