@@ -3,9 +3,7 @@
 //! Every option that `virtiofsd --help` lists is known to the parser, with the same spelling
 //! and value syntax (including the legacy `-o` comma-separated forms), so that management
 //! stacks (libvirt, Proxmox, hookscripts) calling `virtiofsd --fd=N ...` keep working.
-//! Options whose effect vhostfs does not implement yet are rejected at parse time with a
-//! one-line `not supported yet: --OPTION` error, unless the value given is the behaviour
-//! vhostfs already has (e.g. `--sandbox=none`, `--posix-acl=never`).
+//! Every one of them has its effect; an unknown option is a one-line error.
 //! `docs/options.md` lists every option with its status.
 
 use clap::{CommandFactory, FromArgMatches};
