@@ -24,8 +24,9 @@
 # VNG: the vng binary (default target/vng-venv/bin/vng, installed by .ci/setup, else vng on
 # PATH); VHOSTFS: the daemon (default target/release/vhostfs, else target/debug/vhostfs);
 # VHOSTFS_GUEST_DIR: the kernel (default target/guest, its boot/vmlinuz-*; its lib/modules/ is
-# what vng loads modules from); E2E_VNG_DIR: where the marker directories go (default target/;
-# not under /etc /home /lib /opt /srv /tmp /usr /var, which vng overlays in the guest);
+# what vng loads modules from); E2E_VNG_DIR: where the marker directories go (default target/,
+# or /vhostfs-vng-e2e when the checkout is under /etc /home /lib /opt /srv /tmp /usr /var,
+# which vng overlays in the guest; a given E2E_VNG_DIR there fails);
 # E2E_VNG_TIMEOUT: seconds per boot (default 300); E2E_LOCK=FILE: flock(1) on FILE around each
 # boot; E2E_LOG_DIR: keep the logs there. A missing vng, kernel, QEMU, udevd or vhostfs binary is
 # a FAIL of every run (exit 1), never a skip. Must run as root (it creates the user). ~20 s per
@@ -92,11 +93,19 @@ command -v qemu-system-x86_64 >/dev/null || fail_all "qemu-system-x86_64 not fou
 moddir=$guest_dir/lib/modules/$(basename "$kernel" | sed 's/^vmlinuz-//')
 [ -e "$moddir/modules.dep" ] || command -v depmod >/dev/null \
   || fail_all "no $moddir/modules.dep and no depmod (package kmod, .ci/setup)"
+overlaid() {
+  case "$1/" in /etc/*|/home/*|/lib/*|/opt/*|/srv/*|/tmp/*|/usr/*|/var/*) return 0 ;; esac
+  return 1
+}
 base=$(readlink -f "${E2E_VNG_DIR:-$repo/target}")
-case "$base/" in
-  /etc/*|/home/*|/lib/*|/opt/*|/srv/*|/tmp/*|/usr/*|/var/*)
-    fail_all "E2E_VNG_DIR $base is under a directory vng overlays in the guest (a write there never reaches the host)" ;;
-esac
+if overlaid "$base"; then
+  [ -z "${E2E_VNG_DIR:-}" ] \
+    || fail_all "E2E_VNG_DIR $base is under a directory vng overlays in the guest (a write there never reaches the host)"
+  # A checkout under /tmp, /home, /var...: the markers go to a directory of the root's own.
+  base=/vhostfs-vng-e2e
+  mkdir -p "$base"
+  chmod 0755 "$base"
+fi
 
 work=$(mktemp -d /tmp/vhostfs-vng.XXXXXX)
 chmod 0755 "$work"
@@ -126,6 +135,7 @@ cleanup() {
     log "logs kept in $logroot"
   fi
   rm -rf "$work" "$marks"
+  [ "$base" != /vhostfs-vng-e2e ] || rmdir "$base" 2>/dev/null || true
   exit "$rc"
 }
 trap cleanup EXIT
