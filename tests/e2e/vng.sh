@@ -25,7 +25,7 @@
 # PATH); VHOSTFS: the daemon (default target/release/vhostfs, else target/debug/vhostfs);
 # VHOSTFS_GUEST_DIR: the kernel (default target/guest, its boot/vmlinuz-*; its lib/modules/ is
 # what vng loads modules from); E2E_VNG_DIR: where the marker directories go (default target/,
-# or /vhostfs-vng-e2e when the checkout is under /etc /home /lib /opt /srv /tmp /usr /var,
+# or /vhostfs-vng-e2e when the checkout is under /etc /home /lib /opt /root /srv /tmp /usr /var,
 # which vng overlays in the guest; a given E2E_VNG_DIR there fails);
 # E2E_VNG_TIMEOUT: seconds per boot (default 300); E2E_LOCK=FILE: flock(1) on FILE around each
 # boot; E2E_LOG_DIR: keep the logs there. A missing vng, kernel, QEMU, udevd or vhostfs binary is
@@ -94,7 +94,7 @@ moddir=$guest_dir/lib/modules/$(basename "$kernel" | sed 's/^vmlinuz-//')
 [ -e "$moddir/modules.dep" ] || command -v depmod >/dev/null \
   || fail_all "no $moddir/modules.dep and no depmod (package kmod, .ci/setup)"
 overlaid() {
-  case "$1/" in /etc/*|/home/*|/lib/*|/opt/*|/srv/*|/tmp/*|/usr/*|/var/*) return 0 ;; esac
+  case "$1/" in /etc/*|/home/*|/lib/*|/opt/*|/root/*|/srv/*|/tmp/*|/usr/*|/var/*) return 0 ;; esac
   return 1
 }
 base=$(readlink -f "${E2E_VNG_DIR:-$repo/target}")
@@ -111,6 +111,8 @@ work=$(mktemp -d /tmp/vhostfs-vng.XXXXXX)
 chmod 0755 "$work"
 marks=$(mktemp -d "$base/vng-e2e.XXXXXX")
 chmod 0755 "$marks"
+# The guest runs its script from here: the checkout itself may be under a directory vng hides.
+install -m 0755 "$here/guest-vng.sh" "$marks/guest-vng.sh"
 logroot=${E2E_LOG_DIR:-$work/logs}/vng
 mkdir -p "$logroot" "$work/bin" "$work/home"
 chmod 0755 "$logroot"
@@ -146,6 +148,19 @@ if [[ " $cases " == *" user-"* ]]; then
   useradd --system --user-group --no-create-home --home-dir "$work/home" --shell /usr/sbin/nologin "$user"
   user_made=1
   chown "$user:$user" "$work/home"
+  # The user runs the checkout's vng, kernel, vhostfs and guest script: a checkout below a
+  # directory others may not enter (a CI clone under /root) gets search permission (o+x, not
+  # read) on each such directory, so that it can.
+  for f in "$vng" "$kernel" "$bin"; do
+    d=$(dirname "$(readlink -f "$f")")
+    while [ "$d" != / ]; do
+      if ! setpriv "--reuid=$user" "--regid=$user" --init-groups test -x "$d"; then
+        log "giving others search permission on $d (the user runs must reach $f)"
+        chmod o+x "$d"
+      fi
+      d=$(dirname "$d")
+    done
+  done
 fi
 log "$vng_version, $(basename "$kernel"), virtiofsd -> $bin"
 
@@ -178,7 +193,7 @@ run_vng() {
     OUT="$out" ERR="$err" DIR="$dir" \
     sh -c 'cd "$DIR" && exec "$@" > "$OUT" 2> "$ERR" < /dev/null' sh \
     "$vng" --verbose --run "$kernel" --disable-kvm "${rwopt[@]}" \
-    --exec "sh $here/guest-vng.sh $mode $dir '$token'" &
+    --exec "sh $marks/guest-vng.sh $mode $dir '$token'" &
   pgid=$!
   deadline=$((EPOCHSECONDS + ${E2E_VNG_TIMEOUT:-300}))
   while kill -0 "$pgid" 2>/dev/null; do
