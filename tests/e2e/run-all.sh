@@ -239,21 +239,29 @@ fi
 # ~400 tests of chmod, chown, link, mkdir, mkfifo, mknod, open, rename, rmdir, symlink, truncate,
 # unlink, utimensat, posix_fallocate, as root and as two dummy users; passes with 0 failures.
 # Again with --inode-file-handles=never (not for virtiofsd). A missing suite binary fails both.
-pjd_never=()
-for a in "${daemon[@]}"; do [[ "$a" == --inode-file-handles* ]] || pjd_never+=("$a"); done
-pjd_never+=(--inode-file-handles=never)
-for m in '' -never; do
-  [ -z "$m" ] || [ "$(basename "${daemon[0]}")" != virtiofsd ] || continue
-  [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" pjdfstest$m "* ]] || continue
-  if [ -z "$pjdfstest_initramfs" ]; then
-    summary+=("pjdfstest$m: FAIL(no pjdfstest initramfs: binary $pjdfstest missing? .ci/setup installs it)")
-    failed=$((failed + 1))
-  elif [ -z "$m" ]; then
-    CASE_INITRAMFS=$pjdfstest_initramfs CASE_HOST=0 run_case pjdfstest pass "${daemon[@]}"
-  else
-    CASE_INITRAMFS=$pjdfstest_initramfs CASE_HOST=0 run_case pjdfstest-never pass "${pjd_never[@]}"
-  fi
-done
+never_args=()
+for a in "${daemon[@]}"; do [[ "$a" == --inode-file-handles* ]] || never_args+=("$a"); done
+never_args+=(--inode-file-handles=never)
+# in_both_modes NAME INITRAMFS WHY-MISSING: case NAME (the daemon as given) and NAME-never
+# (--inode-file-handles=never, not for virtiofsd) booting INITRAMFS; an empty INITRAMFS fails
+# both with WHY-MISSING.
+in_both_modes() {
+  local name=$1 initramfs=$2 missing=$3 m
+  for m in '' -never; do
+    [ -z "$m" ] || [ "$(basename "${daemon[0]}")" != virtiofsd ] || continue
+    [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" $name$m "* ]] || continue
+    if [ -z "$initramfs" ]; then
+      summary+=("$name$m: FAIL($missing)")
+      failed=$((failed + 1))
+    elif [ -z "$m" ]; then
+      CASE_INITRAMFS=$initramfs CASE_HOST=0 run_case "$name" pass "${daemon[@]}"
+    else
+      CASE_INITRAMFS=$initramfs CASE_HOST=0 run_case "$name-never" pass "${never_args[@]}"
+    fi
+  done
+}
+in_both_modes pjdfstest "$pjdfstest_initramfs" \
+  "no pjdfstest initramfs: binary $pjdfstest missing? .ci/setup installs it"
 # mmap of files opened for direct I/O (--cache=never): shared mappings only with --allow-mmap
 # (FUSE_DIRECT_IO_ALLOW_MMAP; the guest refuses them with ENODEV without), private ones either
 # way; both read the host's data, and a store through a shared mapping reaches the host file.
@@ -332,18 +340,7 @@ fi
 # fchownat NOFOLLOW), set-id bits after its chgrp, truncate and touch allowed only through a
 # supplementary group, and the refusals (EPERM, EACCES); all as on the guest's tmpfs, also after
 # drop_caches. Again with --inode-file-handles=never (not for virtiofsd).
-for m in '' -never; do
-  [ -z "$m" ] || [ "$(basename "${daemon[0]}")" != virtiofsd ] || continue
-  [ -z "${E2E_CASES:-}" ] || [[ " $E2E_CASES " == *" setattr$m "* ]] || continue
-  if [ -z "$setattr_initramfs" ]; then
-    summary+=("setattr$m: FAIL(setattr-probe.c did not build)")
-    failed=$((failed + 1))
-  elif [ -z "$m" ]; then
-    CASE_INITRAMFS=$setattr_initramfs CASE_HOST=0 run_case setattr pass "${daemon[@]}"
-  else
-    CASE_INITRAMFS=$setattr_initramfs CASE_HOST=0 run_case setattr-never pass "${pjd_never[@]}"
-  fi
-done
+in_both_modes setattr "$setattr_initramfs" "setattr-probe.c did not build"
 # Multi-queue: the guest spreads requests over 2 request queues (2 vCPUs); virtiofsd serves 1.
 if [ "$(basename "${daemon[0]}")" != virtiofsd ]; then
   E2E_QUEUES=2 run_case prefer-2-queues pass "${daemon[@]}"
