@@ -187,8 +187,8 @@ pub fn virtiofsd_path() -> Option<PathBuf> {
     })
 }
 
-/// Start the reference virtiofsd sharing `shared` on `socket` (sandbox none: run as root), with
-/// `extra` arguments (e.g. `--xattr`).
+/// Start the reference virtiofsd sharing `shared` on `socket` (sandbox none: run as root, unless
+/// `extra` names a `--sandbox`), with `extra` arguments (e.g. `--xattr`).
 pub fn spawn_virtiofsd(socket: &Path, shared: &Path, extra: &[&str]) -> io::Result<Daemon> {
     let bin = virtiofsd_path().ok_or_else(|| {
         io::Error::new(
@@ -200,9 +200,11 @@ pub fn spawn_virtiofsd(socket: &Path, shared: &Path, extra: &[&str]) -> io::Resu
     let mut cmd = Command::new(bin);
     cmd.arg(format!("--socket-path={}", socket.display()))
         .arg(format!("--shared-dir={}", shared.display()))
-        .arg("--sandbox=none")
         .arg("--log-level=error")
         .args(extra);
+    if !extra.iter().any(|a| a.starts_with("--sandbox")) {
+        cmd.arg("--sandbox=none");
+    }
     Daemon::spawn(&mut cmd, socket)
 }
 

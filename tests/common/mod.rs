@@ -7,6 +7,7 @@
 
 pub mod daemon;
 pub mod dirty_log;
+pub mod footprint;
 pub mod frontend;
 pub mod fuse_abi;
 pub mod fuse_client;
