@@ -4,6 +4,7 @@ pub mod daemon;
 pub mod fuse_server;
 pub mod logger;
 pub mod metrics;
+pub mod on_demand;
 mod option_values;
 pub mod passthrough;
 pub mod pid_file;

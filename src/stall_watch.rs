@@ -6,23 +6,29 @@
 //! A watcher thread looks at the slots every [`TICK`]; a slot that is odd and unchanged since the
 //! previous look belongs to a thread that has been in the same request for at least one tick,
 //! and the rescue callback runs once for that request. After [`IDLE_TICKS`] looks without any
-//! request, the watcher parks until the next request starts: an idle daemon has no timer
-//! wake-ups, and a busy one (even one serving a request at a time, each a few hundred µs apart,
-//! as a guest's `stat` loop does) never pays for waking the watcher.
+//! request, the watcher stops looking until the next request starts, and its thread (an
+//! [`OnDemand`] one) ends after [`WATCH_LINGER`] without one: an idle daemon has no timer
+//! wake-ups and no watcher thread, and a busy one (even one serving a request at a time, each a
+//! few hundred µs apart, as a guest's `stat` loop does) never pays for waking the watcher.
 //!
 //! Cost on the request path: one atomic increment before and after each request, plus a load of
-//! the `parked` flag (an unpark, a futex wake, only for the first request after an idle spell).
+//! the `parked` flag (a wake, a futex wake or a thread start, only for the first request after
+//! an idle spell).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
-use std::thread::Thread;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
+
+use crate::on_demand::OnDemand;
 
 /// How often the watcher looks; a request is "stalled" after one to two ticks.
 pub const TICK: Duration = Duration::from_millis(5);
 
-/// Looks without a request (100 ms) after which the watcher parks.
+/// Looks without a request (100 ms) after which the watcher stops looking.
 const IDLE_TICKS: u32 = 20;
+
+/// How long the watcher's thread waits for a request after it stopped looking, before it ends.
+pub const WATCH_LINGER: Duration = Duration::from_secs(1);
 
 /// One queue thread's request counter, on a cache line of its own (queue threads on different
 /// CPUs bump theirs on every request).
@@ -33,12 +39,13 @@ pub struct Slot {
     seq: AtomicU64,
 }
 
-/// The slots, and the watcher thread's parking state.
+/// The slots, and the watcher's state.
 pub struct StallWatch {
     slots: Vec<Slot>,
-    /// True while the watcher is parked (or about to park) until a request starts.
+    /// True while the watcher does not look (or is about to stop) until a request starts: the
+    /// request that swaps it to false wakes the watcher.
     parked: AtomicBool,
-    watcher: std::sync::OnceLock<Thread>,
+    watcher: OnceLock<Arc<OnDemand>>,
 }
 
 /// Marks the request in progress on a slot; ends it when dropped (also on unwinding).
@@ -57,23 +64,24 @@ impl StallWatch {
     pub fn new(queues: usize) -> Arc<StallWatch> {
         Arc::new(StallWatch {
             slots: (0..queues).map(|_| Slot::default()).collect(),
-            parked: AtomicBool::new(false),
-            watcher: std::sync::OnceLock::new(),
+            parked: AtomicBool::new(true),
+            watcher: OnceLock::new(),
         })
     }
 
-    /// Starts the watcher thread. `rescue(queue)` runs on it, once per stalled request, while
-    /// that request is still being served. The thread ends when the last `Arc` is dropped (at
-    /// its next tick, or at once when parked: see the `Drop`).
+    /// Sets what the watcher does: `rescue(queue)` runs on its thread, once per stalled
+    /// request, while that request is still being served. The thread starts with the first
+    /// request and ends when idle (see the module doc) or when the watch is dropped.
     pub fn start(
         self: &Arc<StallWatch>,
-        rescue: impl Fn(usize) + Send + 'static,
+        rescue: impl Fn(usize) + Send + Sync + 'static,
     ) -> std::io::Result<()> {
         let weak = Arc::downgrade(self);
-        let handle = std::thread::Builder::new()
-            .name("vhostfs-watch".into())
-            .spawn(move || watch(&weak, rescue))?;
-        let _ = self.watcher.set(handle.thread().clone());
+        let _ = self
+            .watcher
+            .set(OnDemand::new("vhostfs-watch", WATCH_LINGER, move || {
+                watch(&weak, &rescue)
+            }));
         Ok(())
     }
 
@@ -85,8 +93,10 @@ impl StallWatch {
         // it sees this request, or this thread sees it parked and wakes it.
         slot.seq.fetch_add(1, Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) && self.parked.swap(false, Ordering::SeqCst) {
-            if let Some(t) = self.watcher.get() {
-                t.unpark();
+            if let Some(w) = self.watcher.get() {
+                if let Err(e) = w.wake() {
+                    log::debug!("cannot start the stall watcher: {e}");
+                }
             }
         }
         Some(Serving { slot })
@@ -100,16 +110,17 @@ impl StallWatch {
 }
 
 impl Drop for StallWatch {
-    /// Wakes a parked watcher, which then finds the watch gone and ends: a daemon serving one
-    /// connection after another (`--keep-listening`) leaves no thread behind per connection.
+    /// Ends the watcher's thread: a daemon serving one connection after another
+    /// (`--keep-listening`) leaves no thread behind per connection.
     fn drop(&mut self) {
-        if let Some(t) = self.watcher.get() {
-            t.unpark();
+        if let Some(w) = self.watcher.get() {
+            w.stop();
         }
     }
 }
 
-fn watch(weak: &Weak<StallWatch>, rescue: impl Fn(usize)) {
+/// One run of the watcher: looks every [`TICK`] until [`IDLE_TICKS`] looks saw no request.
+fn watch(weak: &Weak<StallWatch>, rescue: &impl Fn(usize)) {
     // Per slot: the counter seen at the last look, and the last request rescued.
     let mut seen: Vec<u64> = Vec::new();
     let mut rescued: Vec<u64> = Vec::new();
@@ -134,11 +145,8 @@ fn watch(weak: &Weak<StallWatch>, rescue: impl Fn(usize)) {
             if idle >= IDLE_TICKS {
                 w.parked.store(true, Ordering::SeqCst);
                 if !w.any_busy() {
-                    drop(w);
-                    // Woken by the next request (or spuriously: then simply look again).
-                    std::thread::park();
-                    idle = 0;
-                    continue;
+                    // The next request wakes the watcher again.
+                    return;
                 }
                 w.parked.store(false, Ordering::SeqCst);
             }

@@ -2,10 +2,16 @@
 //!
 //! Queue 0 is the high-priority queue (FORGET, INTERRUPT), queues 1..=N are request queues; the
 //! frontend picks how many it uses (up to [`MAX_REQUEST_QUEUES`]) with the MQ protocol feature.
-//! Every queue has its own worker thread (vhost-user-backend's epoll loop), which pops a chain,
-//! hands it to the [`FuseServer`], puts the reply length in the used ring and notifies the guest
-//! (with EVENT_IDX, only when the guest asked to be notified). With `--thread-pool-size N`, pool
-//! threads join a queue thread whose queue has a backlog and drain it alongside.
+//! Threads (issue 36: a queue the guest does not use costs no thread and no fd): one
+//! vhost-user-backend worker thread (its epoll loop) watches the kicks of every queue and serves
+//! the high-priority queue itself (FORGET and INTERRUPT, short). A kick of request queue `q`
+//! wakes `q`'s own queue thread, an [`OnDemand`] thread started by the queue's first kick and
+//! ended after [`QUEUE_LINGER`] without one; that thread pops a chain, hands it to the
+//! [`FuseServer`], puts the reply length in the used ring and notifies the guest (with
+//! EVENT_IDX, only when the guest asked to be notified), until the ring is empty. The hand-over
+//! costs a thread wake-up per kick only: while a queue thread drains and lingers, the guest
+//! does not kick (EVENT_IDX). With `--thread-pool-size N`, pool threads join a queue thread
+//! whose queue has a backlog and drain it alongside.
 //!
 //! Locks: the vring's own lock is taken only to add the last request's used entry and pop the
 //! next chain (both under one acquisition), never while a request runs, so the frontend thread
@@ -41,6 +47,7 @@ use vmm_sys_util::event::{
 
 use crate::fuse_server::FuseServer;
 use crate::metrics::QueueGauges;
+use crate::on_demand::OnDemand;
 use crate::stall_watch::StallWatch;
 use crate::worker_pool::WorkerPool;
 
@@ -67,6 +74,11 @@ type VringState = vhost_user_backend::VringState<GuestMemoryAtomic<GuestMemory>>
 pub const MAX_REQUEST_QUEUES: usize = 8;
 /// Largest queue the frontend may configure.
 pub const MAX_QUEUE_SIZE: usize = 1024;
+
+/// How long a request queue's thread waits for the next kick before it ends (the next kick
+/// then starts a new one): long enough that a guest's bursts seconds apart keep their thread,
+/// short enough that an idle daemon holds none a few seconds after its last request.
+pub const QUEUE_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `struct virtio_fs_config` (virtio spec 5.11.4).
 #[repr(C, packed)]
@@ -96,8 +108,12 @@ struct Inner {
     mem: RwLock<Option<GuestMemoryAtomic<GuestMemory>>>,
     event_idx: AtomicBool,
     tag: Option<[u8; 36]>,
-    /// Each queue's vring, as its thread first saw it (for rescues from the stall watcher).
+    /// Each queue's vring, as the worker first saw it kicked (for the queue threads and the
+    /// stall watcher's rescues).
     vrings: Vec<OnceLock<Vring>>,
+    /// Each request queue's thread, created at its first kick (index 0, the high-priority
+    /// queue, is served by the worker itself and has none).
+    queue_threads: Vec<OnceLock<Arc<OnDemand>>>,
     /// Queue threads stuck in one request get help (see [`VhostFsBackend::rescue`]).
     watch: Arc<StallWatch>,
     /// Requests in flight and chains waiting, per queue (for the metrics, and to know when a
@@ -151,6 +167,7 @@ impl VhostFsBackend {
             event_idx: AtomicBool::new(false),
             tag,
             vrings: (0..queues).map(|_| OnceLock::new()).collect(),
+            queue_threads: (0..queues).map(|_| OnceLock::new()).collect(),
             watch: StallWatch::new(queues),
             gauges: Arc::new(QueueGauges::new(queues)),
             broken: (0..queues).map(|_| AtomicBool::new(false)).collect(),
@@ -175,8 +192,12 @@ impl VhostFsBackend {
     /// threads or fds is left.
     pub fn finish(self, daemon: VhostUserDaemon<VhostFsBackend>) {
         drop(daemon);
+        // The queue threads end after their current drain (no kick can wake them any more).
+        for t in self.inner.queue_threads.iter().filter_map(OnceLock::get) {
+            t.stop();
+        }
         // What still refers to the backend: pool jobs finishing their drain (the handler, its
-        // queue threads and their epolls are gone with the daemon).
+        // worker and its epoll are gone with the daemon).
         while Arc::strong_count(&self.inner) > 1 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
@@ -191,6 +212,28 @@ impl VhostFsBackend {
     /// The guest memory map, once the frontend sent it.
     fn memory(&self) -> Option<GuestMemoryAtomic<GuestMemory>> {
         crate::sync::read(&self.inner.mem).clone()
+    }
+
+    /// Request queue `queue`'s thread: each wake drains the queue. It holds the backend only
+    /// while it drains, so a finished connection's backend is not kept alive by it.
+    fn queue_thread(&self, queue: usize) -> Arc<OnDemand> {
+        let weak = Arc::downgrade(&self.inner);
+        OnDemand::new(format!("vhostfs-queue-{queue}"), QUEUE_LINGER, move || {
+            if let Some(inner) = weak.upgrade() {
+                let _ = VhostFsBackend { inner }.serve_queue(queue);
+            }
+        })
+    }
+
+    /// Serves every chain available on queue `queue` (kicked at least once: its vring is
+    /// known). A failed kick must not end the queue's thread or the worker (see
+    /// `ring::report`).
+    fn serve_queue(&self, queue: usize) -> io::Result<()> {
+        let Some(vring) = self.inner.vrings[queue].get() else {
+            return Ok(());
+        };
+        let served = self.process_queue(queue, vring);
+        ring::report(&self.inner.broken[queue], queue, served)
     }
 }
 
@@ -285,9 +328,10 @@ impl VhostUserBackend for VhostFsBackend {
         checked.map(drop)
     }
 
-    /// One worker thread per queue.
+    /// One worker thread for every queue: it serves the high-priority queue and wakes the
+    /// request queues' own threads (see the module doc).
     fn queues_per_thread(&self) -> Vec<u64> {
-        (0..self.num_queues()).map(|q| 1u64 << q).collect()
+        vec![(1u64 << self.num_queues()) - 1]
     }
 
     /// vhost-user-backend never closes the consumer side: [`VhostFsBackend::finish`] does.
@@ -308,22 +352,30 @@ impl VhostUserBackend for VhostFsBackend {
         if evset != EventSet::IN {
             return Err(io::Error::other(format!("unexpected event set {evset:?}")));
         }
-        // Each thread has one queue, so the event is its index among this thread's queues: 0.
-        let vring = vrings
-            .get(device_event as usize)
-            .ok_or_else(|| io::Error::other(format!("unexpected queue event {device_event}")))?;
-        // One queue per thread: the thread index is the queue index.
-        if let Some(slot) = self.inner.vrings.get(thread) {
-            slot.get_or_init(|| {
-                vring.attach(&self.inner.gauges, thread);
-                vring.clone()
-            });
+        // The one worker has every queue: the event is the queue's index.
+        let queue = device_event as usize;
+        let (Some(vring), 0) = (vrings.get(queue), thread) else {
+            return Err(io::Error::other(format!(
+                "unexpected queue event {device_event} on worker {thread}"
+            )));
+        };
+        self.inner.vrings[queue].get_or_init(|| {
+            vring.attach(&self.inner.gauges, queue);
+            vring.clone()
+        });
+        if queue == 0 {
+            return self.serve_queue(queue);
         }
-        // A failed kick must not end the queue's thread (see `ring::report`).
-        let served = self.process_queue(thread, vring);
-        match self.inner.broken.get(thread) {
-            Some(broken) => ring::report(broken, thread, served),
-            None => served,
+        let woke = self.inner.queue_threads[queue]
+            .get_or_init(|| self.queue_thread(queue))
+            .wake();
+        match woke {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // No thread for the queue (the host's thread limit): served here, this once.
+                log::warn!("queue {queue}: cannot start its thread ({e}): served by the worker");
+                self.serve_queue(queue)
+            }
         }
     }
 }

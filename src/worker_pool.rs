@@ -5,80 +5,149 @@
 //! threads join a queue thread when its queue has a backlog (see `vhost_device`), so requests are
 //! served in parallel and slow ones (fsync, a cold read) do not hold up the rest of the queue. The
 //! pool is shared by all queues.
+//!
+//! Threads exist only while there is work (issue 36): a job starts a thread when none is idle
+//! and fewer than `size` exist; a thread that has had no job for [`POOL_LINGER`] ends.
+//!
+//! Invariants (of [`Jobs`], under its lock): `threads` counts the threads that exist and `idle`
+//! those of them waiting for a job; a job is queued only with a thread to take it (an idle one
+//! is woken, or one is started, or all `size` are busy and one takes it when done); a thread
+//! ends only when it finds the queue empty, so no queued job is left without a thread.
 
 use crate::sync::lock;
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// How long a pool thread waits for a job before it ends.
+pub const POOL_LINGER: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+struct Jobs {
+    queue: VecDeque<Job>,
+    threads: usize,
+    idle: usize,
+    closed: bool,
+}
+
+struct Shared {
+    jobs: Mutex<Jobs>,
+    /// A job was queued (for idle threads), or a thread ended (for `drop`).
+    changed: Condvar,
+}
+
 pub struct WorkerPool {
     size: usize,
-    tx: Mutex<Option<Sender<Job>>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    shared: Arc<Shared>,
 }
 
 impl WorkerPool {
+    /// A pool of at most `size` threads; none is started before the first job.
     pub fn new(size: usize) -> std::io::Result<WorkerPool> {
-        let (tx, rx) = channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let threads = (0..size)
-            .map(|i| {
-                let rx = Arc::clone(&rx);
-                std::thread::Builder::new()
-                    .name(format!("vhostfs-pool-{i}"))
-                    .spawn(move || worker(&rx))
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
         Ok(WorkerPool {
             size,
-            tx: Mutex::new(Some(tx)),
-            threads: Mutex::new(threads),
+            shared: Arc::new(Shared {
+                jobs: Mutex::default(),
+                changed: Condvar::new(),
+            }),
         })
     }
 
-    /// Number of threads.
+    /// Number of threads at most.
     pub fn size(&self) -> usize {
         self.size
     }
 
-    /// Runs `job` on a pool thread (or here, if the pool is shutting down).
+    /// Threads that exist right now.
+    pub fn threads(&self) -> usize {
+        lock(&self.shared.jobs).threads
+    }
+
+    /// Runs `job` on a pool thread (or here, if the pool is shutting down or no thread can be
+    /// started).
     pub fn execute(&self, job: impl FnOnce() + Send + 'static) {
-        let tx = lock(&self.tx).clone();
-        match tx {
-            Some(tx) => {
-                if let Err(e) = tx.send(Box::new(job)) {
-                    (e.0)();
-                }
-            }
-            None => job(),
+        let mut jobs = lock(&self.shared.jobs);
+        if jobs.closed {
+            drop(jobs);
+            return job();
+        }
+        if jobs.idle > 0 || jobs.threads >= self.size {
+            jobs.queue.push_back(Box::new(job));
+            self.shared.changed.notify_all();
+            return;
+        }
+        jobs.threads += 1;
+        let n = jobs.threads;
+        drop(jobs);
+        let shared = Arc::clone(&self.shared);
+        let job: Job = Box::new(job);
+        let started = std::thread::Builder::new()
+            .name(format!("vhostfs-pool-{}", n - 1))
+            .spawn(move || worker(&shared, Some(job)));
+        if let Err(e) = started {
+            log::debug!("cannot start a pool thread: {e}");
+            lock(&self.shared.jobs).threads -= 1;
+            self.shared.changed.notify_all();
         }
     }
 }
 
-fn worker(rx: &Mutex<Receiver<Job>>) {
+std::thread_local! {
+    /// The pool whose thread this is (its `Shared`'s address), 0 on other threads.
+    static POOL_OF_THIS_THREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A pool thread: runs `first`, then queued jobs, until none came for [`POOL_LINGER`].
+fn worker(shared: &Shared, first: Option<Job>) {
+    POOL_OF_THIS_THREAD.with(|p| p.set(shared as *const Shared as usize));
+    if let Some(job) = first {
+        job();
+    }
+    let mut jobs = lock(&shared.jobs);
     loop {
         // The lock is held only while waiting for the next job, never while running one.
-        let job = lock(rx).recv();
-        match job {
-            Ok(job) => job(),
-            Err(_) => return,
+        if let Some(job) = jobs.queue.pop_front() {
+            drop(jobs);
+            job();
+            jobs = lock(&shared.jobs);
+            continue;
+        }
+        if jobs.closed {
+            break;
+        }
+        jobs.idle += 1;
+        let (guard, timeout) = shared
+            .changed
+            .wait_timeout(jobs, POOL_LINGER)
+            .unwrap_or_else(|e| e.into_inner());
+        jobs = guard;
+        jobs.idle -= 1;
+        if timeout.timed_out() && jobs.queue.is_empty() {
+            break;
         }
     }
+    jobs.threads -= 1;
+    shared.changed.notify_all();
 }
 
 impl Drop for WorkerPool {
-    /// Lets the threads finish the jobs already queued, then joins them. A job may hold the
-    /// last reference to the pool's owner, so the pool may be dropped on one of its own
-    /// threads: that one is not joined (it ends once its job returns, as the channel is gone).
+    /// Lets the threads finish the jobs already queued, then waits for them to end. A job may
+    /// hold the last reference to the pool's owner, so the pool may be dropped on one of its
+    /// own threads: that one is not waited for (it ends once its job returns).
     fn drop(&mut self) {
-        lock(&self.tx).take();
-        let me = std::thread::current().id();
-        for t in lock(&self.threads).drain(..) {
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
+        let mut jobs = lock(&self.shared.jobs);
+        jobs.closed = true;
+        self.shared.changed.notify_all();
+        let on_pool = POOL_OF_THIS_THREAD.with(|p| p.get()) == Arc::as_ptr(&self.shared) as usize;
+        let left = usize::from(on_pool);
+        while jobs.threads > left {
+            jobs = self
+                .shared
+                .changed
+                .wait(jobs)
+                .unwrap_or_else(|e| e.into_inner());
         }
     }
 }
@@ -103,6 +172,26 @@ mod tests {
         }
         drop(pool);
         assert_eq!(done.load(Ordering::SeqCst), 4);
+    }
+
+    /// No thread before the first job; the thread a job started ends after [`POOL_LINGER`]
+    /// without another.
+    #[test]
+    fn threads_exist_only_while_there_is_work() {
+        let pool = WorkerPool::new(2).unwrap();
+        assert_eq!(pool.threads(), 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        pool.execute(move || tx.send(()).unwrap());
+        rx.recv().unwrap();
+        assert_eq!(pool.threads(), 1);
+        let deadline = std::time::Instant::now() + POOL_LINGER * 5;
+        while pool.threads() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the idle thread stayed"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     /// The last reference to a pool, held by one of its jobs, drops it on a pool thread: the

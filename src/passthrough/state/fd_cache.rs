@@ -19,8 +19,11 @@
 //!   a referenced bit, set by every [`FdCache::get`] and [`FdCache::insert`]; the reaper thread
 //!   sweeps every [`SWEEP_PERIOD`] (2/5 of the limit): it closes the entries whose bit is clear
 //!   and clears the others. An entry last used at `t` is thus closed by the second sweep after
-//!   `t`, by `t + 2 × SWEEP_PERIOD`, within `IDLE_LIMIT`. The reaper sleeps while the cache is empty (woken by the
-//!   insert that fills it again) and exits with the cache.
+//!   `t`, by `t + 2 × SWEEP_PERIOD`, within `IDLE_LIMIT`. The reaper runs only while the cache
+//!   holds fds: an [`OnDemand`] thread, woken by the insert that fills an empty cache, that
+//!   stops sweeping once the cache is empty and ends after [`REAPER_LINGER`] (issue 36: an
+//!   idle daemon keeps no thread). An insert that cannot start the reaper empties the cache:
+//!   nothing is cached that nothing would close in time.
 //! - An inode is cached under its node ID; the fd of a dead inode is dropped when the inode
 //!   leaves the table ([`FdCache::evict`]). The fd of a name the guest unlinks or renames over
 //!   is dropped first, an fd found to be on a deleted inode (link count 0) by GETATTR is
@@ -44,12 +47,12 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::thread::Thread;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::inode_index::SHARD_BITS;
 use crate::metrics::striped::Striped;
+use crate::on_demand::OnDemand;
 use crate::passthrough::state::fd_budget::{FdBudget, FdToken};
 use crate::passthrough::state::own_ids::{own_id_hash, OwnIdMap};
 use crate::sync::lock;
@@ -82,6 +85,10 @@ pub const IDLE_LIMIT: Duration = Duration::from_secs(1);
 pub const SWEEP_PERIOD: Duration = Duration::from_millis(IDLE_LIMIT.as_millis() as u64 * 2 / 5);
 
 const SHARDS: usize = 16;
+
+/// How long the reaper's thread waits for the cache to fill again before it ends (a dropped
+/// cache's reaper ends at its next sweep and this).
+const REAPER_LINGER: Duration = Duration::from_secs(1);
 
 struct Cached {
     nodeid: u64,
@@ -167,7 +174,8 @@ impl Shard {
 /// What the cache and its reaper thread share.
 struct Shared {
     shards: [Mutex<Shard>; SHARDS],
-    /// The reaper is asleep until the next insert (the cache was empty at its last sweep).
+    /// The reaper does not sweep until the next insert wakes it (no thread yet, or the cache
+    /// was empty at its last sweep).
     reaper_idle: AtomicBool,
 }
 
@@ -178,9 +186,9 @@ pub struct FdCache {
     per_shard: usize,
     first_use_per_shard: usize,
     budget: Arc<FdBudget>,
-    /// The reaper thread, started by the first insert (so it runs confined like the request
-    /// threads, which start after the sandbox is in force).
-    reaper: OnceLock<Option<Thread>>,
+    /// The reaper, started by an insert into an empty cache (so it runs confined like the
+    /// request threads, which start after the sandbox is in force).
+    reaper: Arc<OnDemand>,
     /// [`FdCache::get`]s that found an fd (slot 0) and that did not (slot 1).
     lookups: Striped<2>,
 }
@@ -195,20 +203,22 @@ impl FdCache {
     /// module invariants).
     pub fn new(budget: Arc<FdBudget>, size: usize) -> FdCache {
         let capacity = (budget.limit() / 2).min(size);
-        FdCache {
-            shared: Arc::new(Shared {
-                shards: std::array::from_fn(|i| {
-                    Mutex::new(Shard {
-                        rng: 0x9e37_79b9_7f4a_7c15 ^ i as u64,
-                        ..Shard::default()
-                    })
-                }),
-                reaper_idle: AtomicBool::new(false),
+        let shared = Arc::new(Shared {
+            shards: std::array::from_fn(|i| {
+                Mutex::new(Shard {
+                    rng: 0x9e37_79b9_7f4a_7c15 ^ i as u64,
+                    ..Shard::default()
+                })
             }),
+            reaper_idle: AtomicBool::new(true),
+        });
+        let weak = Arc::downgrade(&shared);
+        FdCache {
+            reaper: OnDemand::new("fd-cache-reaper", REAPER_LINGER, move || reap(&weak)),
+            shared,
             per_shard: capacity / SHARDS,
             first_use_per_shard: capacity.min(FIRST_USE) / SHARDS,
             budget,
-            reaper: OnceLock::new(),
             lookups: Striped::default(),
         }
     }
@@ -289,7 +299,7 @@ impl FdCache {
     /// Caches `fd` for `nodeid` if its shard has room and the budget an fd for it; else (a
     /// full shard, or the budget spent on open files) `fd` is not kept.
     pub fn insert(&self, nodeid: u64, fd: Arc<OwnedFd>) {
-        if self.per_shard == 0 || !self.reaper_running() {
+        if self.per_shard == 0 {
             return;
         }
         let dropped = {
@@ -324,30 +334,12 @@ impl FdCache {
         if self.shared.reaper_idle.load(Ordering::Acquire)
             && self.shared.reaper_idle.swap(false, Ordering::AcqRel)
         {
-            if let Some(Some(t)) = self.reaper.get() {
-                t.unpark();
+            if let Err(e) = self.reaper.wake() {
+                log::warn!("cannot start the fd cache's reaper thread ({e}): fds not cached");
+                self.clear();
+                self.shared.reaper_idle.store(true, Ordering::Release);
             }
         }
-    }
-
-    /// Starts the reaper on first use; false if it cannot run (then nothing is cached, since
-    /// nothing would bound the fds in time).
-    fn reaper_running(&self) -> bool {
-        self.reaper
-            .get_or_init(|| {
-                let weak = Arc::downgrade(&self.shared);
-                match std::thread::Builder::new()
-                    .name("fd-cache-reaper".into())
-                    .spawn(move || reap(weak))
-                {
-                    Ok(h) => Some(h.thread().clone()),
-                    Err(e) => {
-                        log::warn!("cannot start the fd cache's reaper thread ({e}): no fd cache");
-                        None
-                    }
-                }
-            })
-            .is_some()
     }
 
     /// Forgets the fd of `nodeid` (the inode left the table, or its name is being unlinked).
@@ -418,14 +410,6 @@ impl FdCache {
     }
 }
 
-impl Drop for FdCache {
-    fn drop(&mut self) {
-        if let Some(Some(t)) = self.reaper.get() {
-            t.unpark();
-        }
-    }
-}
-
 impl Shared {
     fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).slots.len()).sum()
@@ -446,27 +430,20 @@ impl Shared {
     }
 }
 
-/// The reaper thread: sweeps every [`SWEEP_PERIOD`] while the cache holds fds, sleeps while it
-/// is empty, ends with the cache.
-fn reap(shared: Weak<Shared>) {
+/// One run of the reaper: sweeps every [`SWEEP_PERIOD`] while the cache holds fds, returns
+/// once it is empty (the next insert into the empty cache wakes it again).
+fn reap(shared: &Weak<Shared>) {
     loop {
-        std::thread::park_timeout(SWEEP_PERIOD);
+        std::thread::sleep(SWEEP_PERIOD);
         let Some(s) = shared.upgrade() else { return };
         if s.sweep() == 0 {
-            // Announce the sleep, then look again: an insert between the sweep and the store
+            // Announce the end, then look again: an insert between the sweep and the store
             // would otherwise not wake us.
             s.reaper_idle.store(true, Ordering::Release);
             if s.len() == 0 {
-                drop(s);
-                while shared
-                    .upgrade()
-                    .is_some_and(|s| s.reaper_idle.load(Ordering::Acquire))
-                {
-                    std::thread::park();
-                }
-            } else {
-                s.reaper_idle.store(false, Ordering::Release);
+                return;
             }
+            s.reaper_idle.store(false, Ordering::Release);
         }
     }
 }
