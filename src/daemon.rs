@@ -315,18 +315,19 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // A `file-handles` migration destination opens the source's handles, whatever this
     // daemon's own inodes use.
     let opens_handles = fs.uses_file_handles() || cfg.migration.mode == MigrationMode::FileHandles;
-    sandbox.confine(&sandbox_cfg, opens_handles)?;
-    // Signals are handled by a thread of their own, started after `confine` (threads started
-    // before would keep the capabilities and miss Landlock) and before any other thread, which
-    // all inherit the blocked signal mask.
+    // Signals are blocked and taken through a signalfd from here, before any thread starts
+    // (every thread inherits the blocked mask); the main thread handles them. Opened before
+    // `confine`, whose seccomp filter has no `signalfd4`; in the serving process (under
+    // `namespace`, after the supervisor's fork: the supervisor keeps its own handlers).
     let registry: Arc<OnceLock<Arc<Registry>>> = Arc::default();
-    install_signal_handlers(
+    let signals = take_signals(
         notifier.clone(),
         Arc::clone(&owned),
         Arc::clone(&registry),
         Arc::clone(&upgrader),
     )
     .map_err(|e| format!("signal handling: {e}"))?;
+    sandbox.confine(&sandbox_cfg, opens_handles)?;
     let opts = ServerOptions {
         readdirplus: cfg.readdirplus,
         allow_direct_io_mmap: cfg.allow_mmap,
@@ -356,6 +357,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         tag: cfg.tag.as_deref(),
         pool_size: cfg.thread_pool_size,
         upgrader: &upgrader,
+        signals: &signals,
     };
     // Ready (once) when the first connection may come.
     let mut status = "READY=1\nSTATUS=waiting for the vhost-user frontend";
@@ -452,14 +454,16 @@ impl Drop for ReleaseOnDrop {
 
 /// On SIGTERM/SIGINT: tell systemd we stop, remove the socket and pid files, exit 0. Whatever the
 /// guest had in flight is lost, as when the frontend goes away. On SIGUSR1: the metrics table
-/// in the log (info level), one line per row, once `registry` is set.
-fn install_signal_handlers(
+/// in the log (info level), one line per row, once `registry` is set. On SIGHUP: an in-place
+/// upgrade, on a thread of its own (it pauses the relay, which runs on the thread that
+/// handles the signals).
+fn take_signals(
     notifier: Option<Notifier>,
     owned: Arc<Mutex<Owned>>,
     registry: Arc<OnceLock<Arc<Registry>>>,
     upgrader: Arc<upgrade::Upgrader>,
-) -> io::Result<()> {
-    shutdown::on_signals(
+) -> io::Result<shutdown::Signals> {
+    shutdown::Signals::take(
         move |signo| {
             log::info!("{}: exiting", shutdown::signal_name(signo));
             if let Some(n) = &notifier {
@@ -476,6 +480,14 @@ fn install_signal_handlers(
             }
             None => log::info!("stats: not serving yet"),
         },
-        move |requester| upgrader.upgrade(requester),
+        move |requester| {
+            let upgrader = Arc::clone(&upgrader);
+            let started = std::thread::Builder::new()
+                .name("vhostfs-upgrade".into())
+                .spawn(move || upgrader.upgrade(requester));
+            if let Err(e) = started {
+                log::error!("SIGHUP: cannot start the upgrade ({e}): serving on");
+            }
+        },
     )
 }

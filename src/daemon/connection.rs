@@ -16,6 +16,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use super::metrics::Registry;
 use super::upgrade::{self, Inherited, Upgrader};
 use crate::fuse_server::FuseServer;
+use crate::shutdown::Signals;
 use crate::systemd::Notifier;
 use crate::vhost_device::VhostFsBackend;
 
@@ -30,6 +31,9 @@ pub(super) struct Serving<'a> {
     pub pool_size: usize,
     /// In-place upgrades: connections go through a relay.
     pub upgrader: &'a Upgrader,
+    /// The daemon's signals, handled by this thread while it waits for a frontend and while it
+    /// relays the connection's messages.
+    pub signals: &'a Signals,
 }
 
 /// How a connection ended (when it did not fail the daemon).
@@ -59,16 +63,20 @@ pub(super) fn serve_connection(
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon = VhostUserDaemon::new("vhostfs".into(), backend.clone(), mem)
         .map_err(|e| format!("vhost-user: {e}"))?;
-    upgrade::serve(
+    let relay = upgrade::serve(
         with.upgrader,
         &mut daemon,
         listener,
         (backend.clone(), Arc::clone(with.server)),
         inherited,
+        Some(with.signals),
     )?;
     if let Some(n) = with.notifier {
         n.send("STATUS=serving the guest");
     }
+    // This thread relays the frontend's messages until the connection ends; then the handler
+    // has ended or is ending.
+    relay.serve(Some(with.signals));
     let ended = match daemon.wait() {
         // `wait` turns a broken socket (EPIPE, ECONNRESET) into `Ok`.
         Ok(())

@@ -45,7 +45,7 @@ mod wire;
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -55,6 +55,7 @@ use vhost_user_backend::VhostUserDaemon;
 
 use crate::fuse_server::FuseServer;
 use crate::passthrough::migration::HandedFd;
+use crate::shutdown::{wait_readable, Signals};
 
 use crate::sync::lock;
 use crate::systemd::Notifier;
@@ -414,20 +415,23 @@ impl Inherited {
         log::info!(
             "took over the vhost-user connection: the queues stood still for {paused_ms:.1} ms"
         );
-        Relay::start(UnixStream::from(frontend), handler, setup).map_err(|e| format!("relay: {e}"))
+        Relay::new(UnixStream::from(frontend), handler, setup).map_err(|e| format!("relay: {e}"))
     }
 }
 
 /// Serves the next connection through a relay, so that it can be handed over: the one the
 /// process this one upgrades handed over (`inherited`), else the next one `listener` accepts.
-/// Returns once the handler serves it; `daemon.wait()` returns when it ends.
+/// Returns the connection's relay once the handler serves it: [`Relay::serve`] relays until
+/// the connection ends (then `daemon.wait()` returns). `signals` are handled while no frontend
+/// is connected yet.
 pub fn serve(
     up: &Upgrader,
     daemon: &mut VhostUserDaemon<VhostFsBackend>,
     listener: &Listener,
     (backend, server): (VhostFsBackend, Arc<FuseServer>),
     inherited: Option<Inherited>,
-) -> Result<(), String> {
+    signals: Option<&Signals>,
+) -> Result<Arc<Relay>, String> {
     let (handler, mut private) = up
         .launcher
         .pair()
@@ -467,20 +471,23 @@ pub fn serve(
         }
         None => {
             let frontend = loop {
+                // The signals that come while no frontend is connected are handled here.
+                wait_readable(&[listener.as_raw_fd()], signals)
+                    .map_err(|e| format!("waiting for the vhost-user frontend: {e}"))?;
                 match listener.accept() {
                     Ok(Some(s)) => break s,
                     Ok(None) => continue,
                     Err(e) => return Err(format!("vhost-user: {e}")),
                 }
             };
-            Relay::start(frontend, handler, DeviceSetup::default())
+            Relay::new(frontend, handler, DeviceSetup::default())
                 .map_err(|e| format!("relay: {e}"))?
         }
     };
     up.serving(Some(Connection {
-        relay,
+        relay: Arc::clone(&relay),
         backend,
         server,
     }));
-    Ok(())
+    Ok(relay)
 }

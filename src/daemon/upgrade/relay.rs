@@ -7,6 +7,9 @@
 //! sets. The data path (guest memory, kick and call eventfds) never passes here: only the
 //! control messages of set-up, VM stop/start and reset, each forwarded as it came, with its fds.
 //!
+//! The relay runs on the thread that serves the connection ([`Relay::serve`]: the main thread,
+//! which also takes the daemon's signals meanwhile), not a thread of its own.
+//!
 //! Invariants:
 //! - One thread forwards both ways and handles one message at a time, so the model and the
 //!   handler see the frontend's messages in the same order.
@@ -20,7 +23,7 @@
 //!   handler closing its end closes the frontend's.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,35 +32,16 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::setup::DeviceSetup;
 use super::wire::{self, req, Msg};
+use crate::shutdown::{wait_readable, Signals};
 use crate::sync::lock;
-
-/// Waits until one of `fds` is readable (or hung up); returns which, by index.
-fn poll_readable(fds: &[RawFd]) -> io::Result<Vec<bool>> {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    loop {
-        // SAFETY: `p` is a valid array of `p.len()` pollfds that outlives the call.
-        let rc = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, -1) };
-        if rc >= 0 {
-            return Ok(p.iter().map(|x| x.revents != 0).collect());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
 
 /// What the controller asks of a paused relay.
 enum Command {
     Resume,
 }
+
+/// What the relaying thread takes: the commands it gets, the acknowledgements it sends.
+type RelayingEnd = (Receiver<Command>, Sender<io::Result<()>>);
 
 /// The relay of one connection.
 pub struct Relay {
@@ -66,6 +50,8 @@ pub struct Relay {
     backend: Arc<UnixStream>,
     wake: EventFd,
     requests: Mutex<(Sender<Command>, Receiver<io::Result<()>>)>,
+    /// The relaying side of `requests`, taken by [`Relay::serve`].
+    relaying: Mutex<Option<RelayingEnd>>,
     /// Why the relay refused a frontend message it could not read (too many fds, too large):
     /// the handler only sees the end of its stream, but the connection was dropped for it.
     broken: Mutex<Option<String>>,
@@ -98,36 +84,40 @@ impl Paused<'_> {
 }
 
 impl Relay {
-    /// Starts relaying between `frontend` and `backend` (the end whose peer the handler
-    /// serves), recording into `setup` (empty for a new connection, replayed for an adopted one).
-    pub fn start(
+    /// A relay between `frontend` and `backend` (the end whose peer the handler serves),
+    /// recording into `setup` (empty for a new connection, replayed for an adopted one); it
+    /// relays once [`Relay::serve`] runs.
+    pub fn new(
         frontend: UnixStream,
         backend: UnixStream,
         setup: DeviceSetup,
     ) -> io::Result<Arc<Relay>> {
         let (cmd_tx, cmd_rx) = channel();
         let (ack_tx, ack_rx) = channel();
-        let relay = Arc::new(Relay {
+        Ok(Arc::new(Relay {
             setup: Arc::new(Mutex::new(setup)),
             frontend: Arc::new(frontend),
             backend: Arc::new(backend),
             wake: EventFd::new(EFD_NONBLOCK)?,
             requests: Mutex::new((cmd_tx, ack_rx)),
+            relaying: Mutex::new(Some((cmd_rx, ack_tx))),
             broken: Mutex::new(None),
-        });
-        let r = Arc::clone(&relay);
-        std::thread::Builder::new()
-            .name("vhost-user relay".into())
-            .spawn(move || {
-                if let Err(e) = r.run(&cmd_rx, &ack_tx) {
-                    log::debug!("vhost-user relay: {e}");
-                }
-                // Either side gone: the other goes too.
-                let _ = r.frontend.shutdown(std::net::Shutdown::Both);
-                let _ = r.backend.shutdown(std::net::Shutdown::Both);
-                let _ = ack_tx.send(Err(io::Error::other("the connection is closed")));
-            })?;
-        Ok(relay)
+        }))
+    }
+
+    /// Relays on this thread until either side closes its end (then the other is closed too),
+    /// handling `signals` meanwhile. Once only.
+    pub fn serve(&self, signals: Option<&Signals>) {
+        let Some((commands, acks)) = lock(&self.relaying).take() else {
+            return;
+        };
+        if let Err(e) = self.run(&commands, &acks, signals) {
+            log::debug!("vhost-user relay: {e}");
+        }
+        // Either side gone: the other goes too.
+        let _ = self.frontend.shutdown(std::net::Shutdown::Both);
+        let _ = self.backend.shutdown(std::net::Shutdown::Both);
+        let _ = acks.send(Err(io::Error::other("the connection is closed")));
     }
 
     /// Why the relay refused a message of the frontend (the connection then ended), if it did.
@@ -147,7 +137,12 @@ impl Relay {
         })
     }
 
-    fn run(&self, commands: &Receiver<Command>, acks: &Sender<io::Result<()>>) -> io::Result<()> {
+    fn run(
+        &self,
+        commands: &Receiver<Command>,
+        acks: &Sender<io::Result<()>>,
+        signals: Option<&Signals>,
+    ) -> io::Result<()> {
         let mut fds = [
             self.frontend.as_raw_fd(),
             self.backend.as_raw_fd(),
@@ -156,7 +151,7 @@ impl Relay {
         // GET_FEATURES the frontend sent and the handler has not answered yet.
         let mut queries = 0u32;
         loop {
-            let ready = poll_readable(&fds)?;
+            let ready = wait_readable(&fds, signals)?;
             if ready[0] {
                 let received = wire::recv(&self.frontend).inspect_err(|e| {
                     // A frontend gone mid-message is a disconnect, as for the handler.
