@@ -26,7 +26,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
@@ -41,9 +41,8 @@ use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRE
 use vm_memory::GuestMemory as _;
 use vm_memory::{ByteValued, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap, MmapRegion};
 use vmm_sys_util::epoll::EventSet;
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vmm_sys_util::event::{EventConsumer, EventNotifier};
+use vmm_sys_util::eventfd::EventFd;
 
 use crate::fuse_server::FuseServer;
 use crate::metrics::QueueGauges;
@@ -121,9 +120,6 @@ struct Inner {
     gauges: Arc<QueueGauges>,
     /// Per queue: its last kick failed (a broken ring, no memory table), which was logged.
     broken: Vec<AtomicBool>,
-    /// The consumer fds of the exit events handed to vhost-user-backend, which leaks them;
-    /// closed by [`VhostFsBackend::finish`].
-    exit_consumers: Mutex<Vec<RawFd>>,
     /// The state transfer SET_DEVICE_STATE_FD started, until CHECK_DEVICE_STATE collects it.
     transfer: Mutex<Option<JoinHandle<io::Result<()>>>>,
     /// Set by [`VhostFsBackend::pause`]: no thread pops a chain while it is.
@@ -171,7 +167,6 @@ impl VhostFsBackend {
             watch: StallWatch::new(queues),
             gauges: Arc::new(QueueGauges::new(queues)),
             broken: (0..queues).map(|_| AtomicBool::new(false)).collect(),
-            exit_consumers: Mutex::default(),
             transfer: Mutex::new(None),
             paused: AtomicBool::new(false),
             lingering: linger::Lingering::default(),
@@ -186,8 +181,8 @@ impl VhostFsBackend {
     }
 
     /// Ends the connection this backend served, once `daemon.wait()` has returned: drops the
-    /// daemon (which joins the queue threads), waits for the pool threads still draining its
-    /// queues, and closes the exit events vhost-user-backend leaked. When this returns no
+    /// daemon (which joins its worker), stops the queue threads and waits for the pool threads
+    /// still draining its queues. When this returns no
     /// request of the connection runs any more (the FUSE session may end), and none of its
     /// threads or fds is left.
     pub fn finish(self, daemon: VhostUserDaemon<VhostFsBackend>) {
@@ -201,7 +196,6 @@ impl VhostFsBackend {
         while Arc::strong_count(&self.inner) > 1 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        ring::close_exit_events(crate::sync::lock(&self.inner.exit_consumers).drain(..));
     }
 
     /// Requests in flight and queue depth, per queue (0: high priority, 1..: requests).
@@ -334,11 +328,20 @@ impl VhostUserBackend for VhostFsBackend {
         vec![(1u64 << self.num_queues()) - 1]
     }
 
-    /// vhost-user-backend never closes the consumer side: [`VhostFsBackend::finish`] does.
+    /// One eventfd for both sides: vhost-user-backend 0.22 registers the consumer with the
+    /// worker's epoll through `into_raw_fd` and never closes it, and closes the notifier when
+    /// the worker's handler is dropped (with the daemon, after the worker ended): one fd, closed
+    /// once, instead of a pair of which one leaked.
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        let (consumer, notifier) =
-            new_event_consumer_and_notifier(EventFlag::NONBLOCK | EventFlag::CLOEXEC).ok()?;
-        crate::sync::lock(&self.inner.exit_consumers).push(consumer.as_raw_fd());
+        let fd = EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)
+            .ok()?
+            .into_raw_fd();
+        // SAFETY: `fd` is a new eventfd owned by nothing else. The consumer only lends it to
+        // vhost-user-backend, which takes it out with `into_raw_fd` (it never closes or uses it
+        // but in its epoll, which goes with the handler); the notifier alone closes it.
+        let consumer = unsafe { EventConsumer::from_raw_fd(fd) };
+        // SAFETY: as above: the one owner that closes `fd`.
+        let notifier = unsafe { EventNotifier::from_raw_fd(fd) };
         Some((consumer, notifier))
     }
 

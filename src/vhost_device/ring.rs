@@ -3,7 +3,6 @@
 //! failed kick leaves; the exit events vhost-user-backend leaks.
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use virtio_queue::QueueT;
@@ -93,16 +92,4 @@ pub(super) fn report(broken: &AtomicBool, queue: usize, served: io::Result<()>) 
         Err(_) => {}
     }
     Ok(())
-}
-
-/// Closes the consumer fds of the exit events, once the daemon they were handed to is gone.
-pub(super) fn close_exit_events(fds: impl Iterator<Item = RawFd>) {
-    for fd in fds {
-        // SAFETY: `exit_event` handed this fd to vhost-user-backend 0.22, whose
-        // `VringEpollHandler::new` registers it with its epoll through `into_raw_fd` and never
-        // closes it; `VhostFsBackend::finish` calls this once that epoll and everything else
-        // that could use the fd are gone (nothing refers to the backend any more): it is ours
-        // to close, once.
-        drop(unsafe { OwnedFd::from_raw_fd(fd) });
-    }
 }
