@@ -188,7 +188,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     // The socket is checked and bound on the host, before the sandbox: in its own network
     // namespace /proc/net/unix would not show a live listener.
-    let mut listener = match listener_fd {
+    let listener = match listener_fd {
         Some(fd) => Listener::from(std::os::unix::net::UnixListener::from(fd)),
         None => open_listener(&cfg.socket, socket_group.as_ref(), activation)?,
     };
@@ -264,14 +264,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
     };
     let mut sandbox = Sandbox::enter(&sandbox_cfg, created, join)?;
     let handed = upgrade::Handed {
-        listener: dup(listener.as_raw_fd())?,
         pid_file,
         metrics: dup_fd(metrics_listener.as_ref().map(|l| l.fd()))?,
         notifier: notifier.clone(),
-        mount_ns: dup_fd(sandbox.mount_namespace())?,
-        user_ns: dup_fd(sandbox.user_namespace())?,
+        mount_ns: sandbox.take_mount_namespace(),
+        user_ns: sandbox.take_user_namespace(),
     };
-    let upgrader = Arc::new(upgrade::Upgrader::new(launcher, handed, host_pid));
+    // The upgrader holds the listener: the connections are accepted from it, an upgrade hands
+    // a duplicate over.
+    let upgrader = Arc::new(upgrade::Upgrader::new(launcher, handed, listener, host_pid));
     let fs_cfg = FsConfig {
         shared_dir: sandbox.shared_dir(&cfg.shared_dir),
         inode_file_handles: cfg.inode_file_handles,
@@ -370,7 +371,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             }
         }
         status = "STATUS=waiting for the vhost-user frontend";
-        match serve_connection(&mut listener, &serving, inherited.take()) {
+        match serve_connection(&serving, inherited.take()) {
             Ok(Ended::Disconnected) if cfg.keep_listening => {
                 log::info!("the frontend disconnected; waiting for the next connection");
             }
@@ -422,12 +423,15 @@ impl Owned {
         })
     }
 
-    /// Nothing is removed by path any more; the pid file's lock stays held until exit.
+    /// Nothing is removed by path any more. The pid file's fd is closed: its duplicates (the
+    /// upgrader's, taken before, and the launcher's or supervisor's) keep the lock.
     fn disarm(&mut self) {
         let mut disarmed = std::mem::take(self);
         disarmed.socket = None;
         disarmed.metrics_socket = None;
-        std::mem::forget(disarmed.pid_file.take());
+        if let Some(p) = disarmed.pid_file.take() {
+            p.close_leaving_file();
+        }
     }
 }
 

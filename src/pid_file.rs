@@ -17,6 +17,8 @@ pub struct PidFile {
     path: PathBuf,
     // Keeps the flock: it belongs to this open file description.
     file: File,
+    /// Dropped without removing the file ([`PidFile::close_leaving_file`]).
+    leave: bool,
 }
 
 impl PidFile {
@@ -68,7 +70,11 @@ impl PidFile {
             // Created before the sandbox forks: this process becomes the namespace sandbox's
             // supervisor, the one the host should signal.
             file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
-            return Ok(PidFile { path, file });
+            return Ok(PidFile {
+                path,
+                file,
+                leave: false,
+            });
         }
     }
 
@@ -79,6 +85,7 @@ impl PidFile {
         PidFile {
             path: PidFile::path_for(socket_path),
             file: File::from(file),
+            leave: false,
         }
     }
 
@@ -109,8 +116,19 @@ impl PidFile {
     }
 }
 
+impl PidFile {
+    /// Closes this fd and leaves the file where it is: a duplicate of the fd (another fd of the
+    /// same open file description) keeps the lock, and whoever holds it removes the file.
+    pub fn close_leaving_file(mut self) {
+        self.leave = true;
+    }
+}
+
 impl Drop for PidFile {
     fn drop(&mut self) {
+        if self.leave {
+            return;
+        }
         // Only remove the file if it is still ours (not replaced behind our back).
         if let (Ok(ours), Ok(current)) = (self.file.metadata(), fs::metadata(&self.path)) {
             if ours.dev() == current.dev() && ours.ino() == current.ino() {

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use vhost::vhost_user::{Error as VhostUserError, Listener};
+use vhost::vhost_user::Error as VhostUserError;
 use vhost_user_backend::{Error as DaemonError, VhostUserDaemon};
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
@@ -47,13 +47,12 @@ pub(super) enum Ended {
     Dropped(String),
 }
 
-/// Waits for the next frontend on `listener` (the caller said so: log, readiness) and serves it
+/// Waits for the next frontend on the upgrader's listener (the caller said so: log, readiness) and serves it
 /// until the connection ends; returns once nothing of it is left (threads joined, guest memory
 /// unmapped, eventfds closed, the FUSE session ended). `inherited`: the connection the process
 /// this one upgrades handed over, served instead of a new one. `Err` only for what would fail
 /// any connection (accept, thread creation), or a hand-over this process refused.
 pub(super) fn serve_connection(
-    listener: &mut Listener,
     with: &Serving<'_>,
     inherited: Option<Inherited>,
 ) -> Result<Ended, String> {
@@ -66,7 +65,6 @@ pub(super) fn serve_connection(
     let relay = upgrade::serve(
         with.upgrader,
         &mut daemon,
-        listener,
         (backend.clone(), Arc::clone(with.server)),
         inherited,
         Some(with.signals),

@@ -45,7 +45,7 @@ mod wire;
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -115,7 +115,6 @@ pub struct Connection {
 
 /// What an upgrade hands over besides the connection: fds of the daemon (duplicates).
 pub struct Handed {
-    pub listener: OwnedFd,
     pub pid_file: Option<OwnedFd>,
     pub metrics: Option<OwnedFd>,
     pub notifier: Option<Notifier>,
@@ -129,6 +128,9 @@ pub struct Handed {
 pub struct Upgrader {
     launcher: Launcher,
     handed: Handed,
+    /// The vhost-user socket's listener: connections are accepted from it ([`serve`]), and
+    /// an upgrade hands a duplicate over.
+    listener: Listener,
     /// Our pid as the host sees it (the sandbox supervisor's under `--sandbox=namespace`): what
     /// the pid file, systemd and `vhostfs upgrade` are told.
     host_pid: u32,
@@ -136,10 +138,11 @@ pub struct Upgrader {
 }
 
 impl Upgrader {
-    pub fn new(launcher: Launcher, handed: Handed, host_pid: u32) -> Upgrader {
+    pub fn new(launcher: Launcher, handed: Handed, listener: Listener, host_pid: u32) -> Upgrader {
         Upgrader {
             launcher,
             handed,
+            listener,
             host_pid,
             current: Mutex::new(None),
         }
@@ -225,7 +228,12 @@ impl Upgrader {
         let dup_opt = |fd: &Option<OwnedFd>| fd.as_ref().map(dup).transpose();
         let h = &self.handed;
         let process = Process {
-            listener: Some(dup(&h.listener)?),
+            listener: Some(
+                // SAFETY: the listener's fd, valid while `self` holds the listener.
+                unsafe { BorrowedFd::borrow_raw(self.listener.as_raw_fd()) }
+                    .try_clone_to_owned()
+                    .map_err(|e| format!("dup: {e}"))?,
+            ),
             pid_file: dup_opt(&h.pid_file)?,
             metrics: dup_opt(&h.metrics)?,
             mount_ns: dup_opt(&h.mount_ns)?,
@@ -420,14 +428,14 @@ impl Inherited {
 }
 
 /// Serves the next connection through a relay, so that it can be handed over: the one the
-/// process this one upgrades handed over (`inherited`), else the next one `listener` accepts.
+/// process this one upgrades handed over (`inherited`), else the next one `up`'s listener
+/// accepts.
 /// Returns the connection's relay once the handler serves it: [`Relay::serve`] relays until
 /// the connection ends (then `daemon.wait()` returns). `signals` are handled while no frontend
 /// is connected yet.
 pub fn serve(
     up: &Upgrader,
     daemon: &mut VhostUserDaemon<VhostFsBackend>,
-    listener: &Listener,
     (backend, server): (VhostFsBackend, Arc<FuseServer>),
     inherited: Option<Inherited>,
     signals: Option<&Signals>,
@@ -472,9 +480,9 @@ pub fn serve(
         None => {
             let frontend = loop {
                 // The signals that come while no frontend is connected are handled here.
-                wait_readable(&[listener.as_raw_fd()], signals)
+                wait_readable(&[up.listener.as_raw_fd()], signals)
                     .map_err(|e| format!("waiting for the vhost-user frontend: {e}"))?;
-                match listener.accept() {
+                match up.listener.accept() {
                     Ok(Some(s)) => break s,
                     Ok(None) => continue,
                     Err(e) => return Err(format!("vhost-user: {e}")),

@@ -77,7 +77,7 @@ mod userns;
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -286,15 +286,16 @@ impl Sandbox {
         Ok(sandbox)
     }
 
-    /// The mount namespace the daemon serves in (`namespace` mode), for an in-place upgrade.
-    pub fn mount_namespace(&self) -> Option<BorrowedFd<'_>> {
-        self.mount_ns.as_ref().map(AsFd::as_fd)
+    /// The mount namespace the daemon serves in (`namespace` mode), for an in-place upgrade
+    /// (taken: the sandbox needs it no more).
+    pub fn take_mount_namespace(&mut self) -> Option<OwnedFd> {
+        self.mount_ns.take()
     }
 
     /// The user namespace the daemon serves in (an unprivileged `namespace` run), for an
-    /// in-place upgrade.
-    pub fn user_namespace(&self) -> Option<BorrowedFd<'_>> {
-        self.user_ns_fd.as_ref().map(AsFd::as_fd)
+    /// in-place upgrade (taken, likewise).
+    pub fn take_user_namespace(&mut self) -> Option<OwnedFd> {
+        self.user_ns_fd.take()
     }
 
     /// Where the shared dir is from now on: `shared_dir` itself, or `/` in a joined namespace
