@@ -50,6 +50,7 @@ use crate::on_demand::OnDemand;
 use crate::stall_watch::StallWatch;
 use crate::worker_pool::WorkerPool;
 
+mod device_fds;
 mod device_state;
 mod dirty_log;
 mod drain;
@@ -61,6 +62,8 @@ mod used_ring;
 mod vring;
 
 use vring::Vring;
+
+pub use device_fds::DeviceFds;
 
 use dirty_log::DirtyLog;
 
@@ -113,6 +116,12 @@ struct Inner {
     /// Each request queue's thread, created at its first kick (index 0, the high-priority
     /// queue, is served by the worker itself and has none).
     queue_threads: Vec<OnceLock<Arc<OnDemand>>>,
+    /// Every vring, from the worker's first event on ([`device_fds`]).
+    all_vrings: OnceLock<Vec<Vring>>,
+    /// What runs once the vrings are known (an upgrade record letting go of its fds), and
+    /// whether it is still to run.
+    vrings_known: Mutex<Option<device_fds::VringsKnown>>,
+    hook_armed: AtomicBool,
     /// Queue threads stuck in one request get help (see [`VhostFsBackend::rescue`]).
     watch: Arc<StallWatch>,
     /// Requests in flight and chains waiting, per queue (for the metrics, and to know when a
@@ -164,6 +173,9 @@ impl VhostFsBackend {
             tag,
             vrings: (0..queues).map(|_| OnceLock::new()).collect(),
             queue_threads: (0..queues).map(|_| OnceLock::new()).collect(),
+            all_vrings: OnceLock::new(),
+            vrings_known: Mutex::new(None),
+            hook_armed: AtomicBool::new(false),
             watch: StallWatch::new(queues),
             gauges: Arc::new(QueueGauges::new(queues)),
             broken: (0..queues).map(|_| AtomicBool::new(false)).collect(),
@@ -362,6 +374,7 @@ impl VhostUserBackend for VhostFsBackend {
                 "unexpected queue event {device_event} on worker {thread}"
             )));
         };
+        self.saw_vrings(vrings);
         self.inner.vrings[queue].get_or_init(|| {
             vring.attach(&self.inner.gauges, queue);
             vring.clone()

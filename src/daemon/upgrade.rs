@@ -263,9 +263,25 @@ impl Upgrader {
             paused.resume();
             return Err(format!("the device set-up cannot be replayed: {why}"));
         }
+        // The record holds the device's fds again (the backend's, duplicated), to replay and
+        // send; given back once the hand-over is over.
+        let live = paused.setup.live;
+        if live {
+            let filled = conn
+                .backend
+                .device_fds()
+                .and_then(|fds| paused.setup.fill(fds));
+            if let Err(e) = filled {
+                paused.resume();
+                return Err(format!("the device's fds: {e}"));
+            }
+        }
         let mut marks = Marks::since(monotonic_ns());
         if let Err(e) = conn.backend.pause(QUIESCE) {
             conn.backend.resume();
+            if live {
+                paused.setup.forget_fds();
+            }
             paused.resume();
             return Err(e.to_string());
         }
@@ -308,6 +324,9 @@ impl Upgrader {
             }
             conn.backend.resume();
             paused.setup.kick();
+            if live {
+                paused.setup.forget_fds();
+            }
             paused.resume();
         }
         result
@@ -492,6 +511,21 @@ pub fn serve(
                 .map_err(|e| format!("relay: {e}"))?
         }
     };
+    // Once the backend knows its vrings, the record lets go of its copies of the device's
+    // fds (a hand-over fills them in again from the backend's).
+    let setup = relay.setup();
+    backend.on_vrings_known(move || match setup.try_lock() {
+        Ok(mut s) => {
+            s.forget_fds();
+            true
+        }
+        Err(std::sync::TryLockError::Poisoned(p)) => {
+            p.into_inner().forget_fds();
+            true
+        }
+        // Paused for a hand-over (or recording a message): at a later kick.
+        Err(std::sync::TryLockError::WouldBlock) => false,
+    });
     up.serving(Some(Connection {
         relay: Arc::clone(&relay),
         backend,

@@ -21,6 +21,7 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
@@ -49,6 +50,9 @@ pub struct Vring {
     ring: VringRwLock<Mem>,
     stop: Arc<Stop>,
     checked: Arc<Checked>,
+    /// The error eventfd the frontend set (SET_VRING_ERR), kept here: vhost-user-backend
+    /// never uses it and has no getter, and an upgrade hands it over ([`Vring::fds`]).
+    err: Arc<std::sync::Mutex<Option<File>>>,
 }
 
 #[derive(Default)]
@@ -69,6 +73,23 @@ impl Vring {
     pub(super) fn attach(&self, gauges: &Arc<QueueGauges>, queue: usize) {
         // Already attached: the same queue and gauges (one backend, one handler per connection).
         let _ = self.stop.queue.set((Arc::clone(gauges), queue));
+    }
+
+    /// Duplicates of the kick, call and err eventfds the frontend set (for an upgrade).
+    pub(super) fn fds(&self) -> io::Result<[Option<OwnedFd>; 3]> {
+        // SAFETY: each fd is borrowed from its owner (the vring state, under its lock, or our
+        // err file, under its lock) only for the duplication, while that owner holds it.
+        let dup = |fd: Option<RawFd>| {
+            fd.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned())
+                .transpose()
+        };
+        let state = self.ring.get_ref();
+        let err = crate::sync::lock(&self.err);
+        Ok([
+            dup(state.get_kick().as_ref().map(AsRawFd::as_raw_fd))?,
+            dup(state.get_call().as_ref().map(AsRawFd::as_raw_fd))?,
+            dup(err.as_ref().map(AsRawFd::as_raw_fd))?,
+        ])
     }
 
     /// The used index of the queue's last notification check (under the vring lock).
@@ -149,6 +170,7 @@ impl VringT<Mem> for Vring {
             ring: VringRwLock::new(mem, max_queue_size)?,
             stop: Arc::default(),
             checked: Arc::new(Checked::new()),
+            err: Arc::default(),
         })
     }
 
@@ -238,6 +260,6 @@ impl VringT<Mem> for Vring {
     }
 
     fn set_err(&self, file: Option<File>) {
-        self.ring.set_err(file)
+        *crate::sync::lock(&self.err) = file;
     }
 }

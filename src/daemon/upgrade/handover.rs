@@ -323,6 +323,7 @@ fn decode_session(d: &mut Dec) -> io::Result<Session> {
                 _ => return Err(bad("an enable state")),
             },
             started: d.flag()?,
+            live: 0,
         });
     }
     let frontend = d.fd()?;

@@ -120,6 +120,11 @@ impl Relay {
         let _ = acks.send(Err(io::Error::other("the connection is closed")));
     }
 
+    /// The record of the device's set-up.
+    pub fn setup(&self) -> Arc<Mutex<DeviceSetup>> {
+        Arc::clone(&self.setup)
+    }
+
     /// Why the relay refused a message of the frontend (the connection then ended), if it did.
     pub fn broken(&self) -> Option<String> {
         lock(&self.broken).clone()

@@ -10,12 +10,17 @@
 //! - A message that changes state this model does not keep (dirty logging, a backend request
 //!   channel, inflight tracking, resets) makes the set-up unreplayable, with the reason: an
 //!   upgrade is then refused and the daemon goes on serving.
-//! - The fds kept are the model's own duplicates: the backend's copies are the backend's.
+//! - The fds kept are the model's own duplicates: the backend's copies are the backend's. Once
+//!   the backend knows its vrings (its first kick), the model lets go of them
+//!   ([`DeviceSetup::forget_fds`]): it records that an fd was set, and a hand-over fills in
+//!   duplicates of the backend's own fds ([`DeviceSetup::fill`]) before it replays or sends
+//!   anything (issue 36: an idle daemon holds each fd of the device once, not twice).
 
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 
 use super::wire::{req, Msg, NEED_REPLY};
+use crate::vhost_device::DeviceFds;
 
 /// `VHOST_USER_VRING_NOFD_MASK`: a SET_VRING_KICK/CALL/ERR without an fd.
 const NOFD: u64 = 0x100;
@@ -51,7 +56,17 @@ pub struct Vring {
     pub enabled: Option<bool>,
     /// Started by a kick fd and not stopped by GET_VRING_BASE since.
     pub started: bool,
+    /// Set with an fd that the model does not hold ([`LIVE_KICK`], [`LIVE_CALL`],
+    /// [`LIVE_ERR`]): the backend's, filled in by [`DeviceSetup::fill`].
+    pub live: u8,
 }
+
+/// [`Vring::live`]: the kick fd is the backend's.
+pub const LIVE_KICK: u8 = 1;
+/// [`Vring::live`]: the call fd is the backend's.
+pub const LIVE_CALL: u8 = 2;
+/// [`Vring::live`]: the err fd is the backend's.
+pub const LIVE_ERR: u8 = 4;
 
 /// The device's set-up, from the frontend's messages.
 #[derive(Default)]
@@ -63,6 +78,11 @@ pub struct DeviceSetup {
     pub vrings: Vec<Vring>,
     /// Why the set-up cannot be replayed, if it cannot.
     pub unreplayable: Option<String>,
+    /// The fds are the backend's ([`DeviceSetup::forget_fds`]): the memory regions' layouts
+    /// are in `live_regions`, and each vring's `live` says which of its fds were set.
+    pub live: bool,
+    /// In live mode: the memory regions' layouts (their fds are the backend's).
+    pub live_regions: Vec<[u64; 4]>,
 }
 
 fn dup_all(fds: &[OwnedFd]) -> io::Result<Vec<OwnedFd>> {
@@ -85,6 +105,82 @@ fn dup_event(e: &Option<Option<OwnedFd>>) -> io::Result<Option<Option<OwnedFd>>>
 }
 
 impl DeviceSetup {
+    /// Lets go of the fds: from now on the backend's are the only ones, and what was set is
+    /// recorded without them (see the module invariants).
+    pub fn forget_fds(&mut self) {
+        if self.live {
+            return;
+        }
+        self.live = true;
+        self.live_regions = self.regions.drain(..).map(|r| r.layout).collect();
+        for v in &mut self.vrings {
+            let live = &mut v.live;
+            for (bit, e) in [
+                (LIVE_KICK, &mut v.kick),
+                (LIVE_CALL, &mut v.call),
+                (LIVE_ERR, &mut v.err),
+            ] {
+                if let Some(Some(_)) = e {
+                    *e = None;
+                    *live |= bit;
+                }
+            }
+        }
+    }
+
+    /// Fills in duplicates of the backend's fds (`fds`) where the model recorded that one was
+    /// set: the model holds its own fds again, to replay or send. All or nothing: on `Err`
+    /// the model is as it was.
+    pub fn fill(&mut self, mut fds: DeviceFds) -> io::Result<()> {
+        if !self.live {
+            return Ok(());
+        }
+        let mut regions = Vec::new();
+        for layout in &self.live_regions {
+            let i = fds
+                .regions
+                .iter()
+                .position(|(gpa, size, _)| *gpa == layout[0] && *size == layout[1])
+                .ok_or_else(|| io::Error::other("a memory region the backend does not map"))?;
+            regions.push(Region {
+                layout: *layout,
+                fd: fds.regions.swap_remove(i).2,
+            });
+        }
+        let bits = [LIVE_KICK, LIVE_CALL, LIVE_ERR];
+        let mut events = Vec::new();
+        for (i, v) in self.vrings.iter().enumerate() {
+            for (n, bit) in bits.into_iter().enumerate() {
+                if v.live & bit != 0 {
+                    let fd = fds.vrings.get_mut(i).and_then(|f| f[n].take());
+                    let fd = fd.ok_or_else(|| {
+                        io::Error::other(format!("vring {i}: an fd the backend does not hold"))
+                    })?;
+                    events.push((i, n, fd));
+                }
+            }
+        }
+        for (i, n, fd) in events {
+            let v = &mut self.vrings[i];
+            *[&mut v.kick, &mut v.call, &mut v.err][n] = Some(Some(fd));
+        }
+        self.vrings.iter_mut().for_each(|v| v.live = 0);
+        self.regions = regions;
+        self.live_regions.clear();
+        self.live = false;
+        Ok(())
+    }
+
+    /// `Err` while the fds are the backend's ([`DeviceSetup::forget_fds`]).
+    fn holds_fds(&self) -> io::Result<()> {
+        match self.live {
+            true => Err(io::Error::other(
+                "the device set-up's fds were not filled in",
+            )),
+            false => Ok(()),
+        }
+    }
+
     /// Kicks every running vring once: chains the guest added while no process watched the kick
     /// eventfds are served.
     pub fn kick(&self) {
@@ -97,8 +193,10 @@ impl DeviceSetup {
         }
     }
 
-    /// A copy with duplicates of every fd (for the state sent to the next process).
+    /// A copy with duplicates of every fd (for the state sent to the next process); the
+    /// model must hold its fds ([`DeviceSetup::fill`]).
     pub fn try_clone(&self) -> io::Result<DeviceSetup> {
+        self.holds_fds()?;
         let regions = self
             .regions
             .iter()
@@ -122,6 +220,7 @@ impl DeviceSetup {
                     err: dup_event(&v.err)?,
                     enabled: v.enabled,
                     started: v.started,
+                    live: 0,
                 })
             })
             .collect::<io::Result<_>>()?;
@@ -132,6 +231,8 @@ impl DeviceSetup {
             regions,
             vrings,
             unreplayable: self.unreplayable.clone(),
+            live: false,
+            live_regions: Vec::new(),
         })
     }
 
@@ -164,11 +265,18 @@ impl DeviceSetup {
             req::SET_PROTOCOL_FEATURES => self.protocol_features = msg.u64_at(0),
             req::SET_MEM_TABLE => {
                 let n = msg.u32_at(0).unwrap_or(0) as usize;
-                let fds = dup_all(&msg.fds)?;
-                if fds.len() != n {
+                if msg.fds.len() != n {
                     self.refuse("a memory table whose fds do not match its regions");
                     return Ok(());
                 }
+                if self.live {
+                    self.live_regions = (0..n).filter_map(|i| region_at(p, 8 + 32 * i)).collect();
+                    if self.live_regions.len() != n {
+                        self.refuse("a short memory table");
+                    }
+                    return Ok(());
+                }
+                let fds = dup_all(&msg.fds)?;
                 self.regions.clear();
                 for (i, fd) in fds.into_iter().enumerate() {
                     match region_at(p, 8 + 32 * i) {
@@ -178,6 +286,7 @@ impl DeviceSetup {
                 }
             }
             req::ADD_MEM_REG => match (region_at(p, 8), msg.fds.first()) {
+                (Some(layout), Some(_)) if self.live => self.live_regions.push(layout),
                 (Some(layout), Some(fd)) => self.regions.push(Region {
                     layout,
                     fd: fd.try_clone()?,
@@ -187,6 +296,7 @@ impl DeviceSetup {
             req::REM_MEM_REG => {
                 if let Some(layout) = region_at(p, 8) {
                     self.regions.retain(|r| r.layout[..3] != layout[..3]);
+                    self.live_regions.retain(|r| r[..3] != layout[..3]);
                 }
             }
             req::SET_VRING_NUM | req::SET_VRING_BASE | req::SET_VRING_ENABLE => {
@@ -212,26 +322,37 @@ impl DeviceSetup {
                     v.started = false;
                     v.kick = None;
                     v.call = None;
+                    v.live &= !(LIVE_KICK | LIVE_CALL);
                 }
             }
             req::SET_VRING_KICK | req::SET_VRING_CALL | req::SET_VRING_ERR => {
                 let Some(word) = msg.u64_at(0) else {
                     return Ok(());
                 };
-                let fd = match (word & NOFD, msg.fds.first()) {
-                    (0, Some(fd)) => Some(fd.try_clone()?),
+                let has_fd = word & NOFD == 0 && !msg.fds.is_empty();
+                // Live: the backend's copy is the one kept (filled in at a hand-over).
+                let fd = match (has_fd, self.live, msg.fds.first()) {
+                    (true, false, Some(fd)) => Some(fd.try_clone()?),
                     _ => None,
                 };
+                let live = self.live && has_fd;
                 let Some(v) = self.vring((word & 0xff) as u32) else {
                     return Ok(());
                 };
+                let bit = match msg.request {
+                    req::SET_VRING_KICK => LIVE_KICK,
+                    req::SET_VRING_CALL => LIVE_CALL,
+                    _ => LIVE_ERR,
+                };
+                v.live = if live { v.live | bit } else { v.live & !bit };
+                let event = if live { None } else { Some(fd) };
                 match msg.request {
                     req::SET_VRING_KICK => {
-                        v.started = fd.is_some();
-                        v.kick = Some(fd);
+                        v.started = has_fd;
+                        v.kick = event;
                     }
-                    req::SET_VRING_CALL => v.call = Some(fd),
-                    _ => v.err = Some(fd),
+                    req::SET_VRING_CALL => v.call = event,
+                    _ => v.err = event,
                 }
             }
             req::SET_LOG_BASE | req::SET_LOG_FD => {
@@ -267,6 +388,7 @@ impl DeviceSetup {
     /// every vring (`started` ones with their kick fd, so they run). Each one flagged
     /// NEED_REPLY is acknowledged by the backend; the caller checks the acknowledgement.
     pub fn replay(&self) -> io::Result<Vec<Msg>> {
+        self.holds_fds()?;
         let mut out = Vec::new();
         if self.owner {
             out.push(Msg::new(req::SET_OWNER, Vec::new(), Vec::new()));
@@ -339,6 +461,7 @@ impl DeviceSetup {
     /// The vring part of [`DeviceSetup::replay`] alone: what restarts this process's own
     /// handler after a hand-over that did not happen (GET_VRING_BASE stopped its vrings).
     pub fn replay_vrings(&self, out: &mut Vec<Msg>) -> io::Result<()> {
+        self.holds_fds()?;
         for (i, v) in self.vrings.iter().enumerate() {
             let i = i as u32;
             let state = |n: u32| [i.to_le_bytes(), n.to_le_bytes()].concat();

@@ -263,3 +263,71 @@ fn another_version_a_truncated_or_padded_state_is_refused() {
     let e = refused(&|b| b.push(0));
     assert!(e.to_string().contains("trailing bytes"), "{e}");
 }
+
+/// Once the backend knows its vrings the record lets go of its fds, keeps recording what is
+/// set (live), refuses to replay until filled, and replays after a fill exactly what it would
+/// have with its own copies, with the backend's fds.
+#[test]
+fn a_live_record_holds_no_fd_and_replays_the_backends_once_filled() {
+    let mut s = frontend_setup();
+    let before: Vec<u32> = s.replay().unwrap().iter().map(|m| m.request).collect();
+    s.forget_fds();
+    assert!(
+        s.regions.is_empty()
+            && s.vrings
+                .iter()
+                .all(|v| v.kick.as_ref().is_none_or(Option::is_none))
+    );
+    assert!(s
+        .vrings
+        .iter()
+        .all(|v| v.call.as_ref().is_none_or(Option::is_none)));
+    assert!(
+        s.replay().is_err() && s.try_clone().is_err(),
+        "nothing to replay while live"
+    );
+    // Set while live: a new call fd for vring 0 (recorded as the backend's), an err fd for 1.
+    s.apply(&Msg::new(
+        req::SET_VRING_CALL,
+        0u64.to_le_bytes().to_vec(),
+        vec![eventfd()],
+    ))
+    .unwrap();
+    s.apply(&Msg::new(
+        req::SET_VRING_ERR,
+        1u64.to_le_bytes().to_vec(),
+        vec![eventfd()],
+    ))
+    .unwrap();
+    // The backend's fds: a fill missing one that was set fails and changes nothing.
+    // Sockets: each its own inode (eventfds all share one), so the replayed fds can be told.
+    let fd = || OwnedFd::from(UnixStream::pair().unwrap().0);
+    let (mem, kick, call, err) = (fd(), fd(), fd(), fd());
+    let backend = |with_err: bool| crate::vhost_device::DeviceFds {
+        vrings: vec![
+            [
+                Some(kick.try_clone().unwrap()),
+                Some(call.try_clone().unwrap()),
+                None,
+            ],
+            [None, None, with_err.then(|| err.try_clone().unwrap())],
+        ],
+        regions: vec![(0x1000, 0x10000, mem.try_clone().unwrap())],
+    };
+    assert!(s.fill(backend(false)).is_err());
+    assert!(s.live && s.regions.is_empty());
+    s.fill(backend(true)).unwrap();
+    let msgs = s.replay().unwrap();
+    let mut order: Vec<u32> = msgs.iter().map(|m| m.request).collect();
+    // The err fd set while live is replayed too (after vring 1's size).
+    assert_eq!(order.pop(), Some(req::SET_VRING_ERR));
+    assert_eq!(order, before);
+    let fd_of = |request: u32| {
+        let m = msgs.iter().find(|m| m.request == request).unwrap();
+        ino(&m.fds[0])
+    };
+    assert_eq!(fd_of(req::SET_MEM_TABLE), ino(&mem));
+    assert_eq!(fd_of(req::SET_VRING_KICK), ino(&kick));
+    assert_eq!(fd_of(req::SET_VRING_CALL), ino(&call));
+    assert_eq!(fd_of(req::SET_VRING_ERR), ino(&err));
+}
