@@ -1,5 +1,7 @@
 //! Signals: clean exit on SIGTERM and SIGINT (systemd's `systemctl stop`, Proxmox's post-stop,
-//! Ctrl-C), the metrics table in the log on SIGUSR1, and an in-place upgrade on SIGHUP.
+//! Ctrl-C), the metrics table in the log on SIGUSR1, and an in-place upgrade on SIGHUP. SIGUSR2,
+//! sent by the daemon to its own main thread ([`wake`]), interrupts its wait: how the relay is
+//! asked to pause, without an fd of its own.
 //!
 //! The signals are blocked in the calling thread, so in every thread started after it, and
 //! taken from a `signalfd` by whichever thread waits for the daemon's next event (the main
@@ -9,6 +11,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The pid and value of a signal sent with `sigqueue`.
 pub type Requester = (u32, u32);
@@ -16,6 +19,8 @@ pub type Requester = (u32, u32);
 /// What each signal does; see [`Signals::dispatch`].
 pub struct Signals {
     fd: OwnedFd,
+    /// A SIGUSR2 came that [`Signals::take_wake`] has not taken yet.
+    woken: AtomicBool,
     on_exit: Box<dyn Fn(i32) + Send + Sync>,
     on_usr1: Box<dyn Fn() + Send + Sync>,
     on_hup: Box<dyn Fn(Option<Requester>) + Send + Sync>,
@@ -47,6 +52,7 @@ impl Signals {
         Ok(Signals {
             // SAFETY: `fd` was just opened and is owned by nothing else.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            woken: AtomicBool::new(false),
             on_exit: Box::new(on_exit),
             on_usr1: Box::new(on_usr1),
             on_hup: Box::new(on_hup),
@@ -64,9 +70,15 @@ impl Signals {
             match info.ssi_signo as i32 {
                 libc::SIGUSR1 => (self.on_usr1)(),
                 libc::SIGHUP => (self.on_hup)(queued_by(&info)),
+                libc::SIGUSR2 => self.woken.store(true, Ordering::SeqCst),
                 signo => (self.on_exit)(signo),
             }
         }
+    }
+
+    /// Whether a SIGUSR2 came since the last call.
+    pub fn take_wake(&self) -> bool {
+        self.woken.swap(false, Ordering::SeqCst)
     }
 
     fn next(&self) -> Option<libc::signalfd_siginfo> {
@@ -108,8 +120,26 @@ fn handled() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGUSR1);
         libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::sigaddset(&mut set, libc::SIGUSR2);
     }
     set
+}
+
+/// The calling thread's id, for [`wake`].
+pub fn thread_id() -> libc::pid_t {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Interrupts the wait of thread `tid` of this process ([`wait_readable`] with `wakes`),
+/// which then finds [`Signals::take_wake`] true.
+pub fn wake(tid: libc::pid_t) -> io::Result<()> {
+    // SAFETY: plain syscall with integer arguments; `tid` is a thread of this process (or
+    // gone, and the call fails with ESRCH).
+    if unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR2) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `(pid, value)` of a signal sent with `sigqueue`; `None` for one sent by `kill`. A sender
@@ -128,8 +158,14 @@ fn queued_by(info: &libc::signalfd_siginfo) -> Option<(u32, u32)> {
 }
 
 /// Waits until one of `fds` is readable (or hung up), handling the signals that come
-/// meanwhile; returns which, by index. `signals`: none before the daemon takes them.
-pub fn wait_readable(fds: &[RawFd], signals: Option<&Signals>) -> io::Result<Vec<bool>> {
+/// meanwhile; returns which, by index. `signals`: none before the daemon takes them. With
+/// `wakes`, returns also when a [`wake`] came (all `false` if nothing else did): the caller
+/// asks [`Signals::take_wake`].
+pub fn wait_readable(
+    fds: &[RawFd],
+    signals: Option<&Signals>,
+    wakes: bool,
+) -> io::Result<Vec<bool>> {
     let mut p: Vec<libc::pollfd> = fds
         .iter()
         .chain(signals.map(|s| s.fd()).as_ref())
@@ -156,7 +192,8 @@ pub fn wait_readable(fds: &[RawFd], signals: Option<&Signals>) -> io::Result<Vec
             }
         }
         let ready: Vec<bool> = p[..fds.len()].iter().map(|x| x.revents != 0).collect();
-        if ready.iter().any(|&r| r) {
+        let woken = wakes && signals.is_some_and(|s| s.woken.load(Ordering::SeqCst));
+        if woken || ready.iter().any(|&r| r) {
             return Ok(ready);
         }
     }

@@ -281,6 +281,14 @@ fn hands_over_as(extra: &[&str], uid: Option<u32>) {
     let first = s.first.pid();
     assert_eq!(pid_in_file(&s.socket), Some(first));
     s.wait_alone(first);
+    // A SIGUSR2 from outside (what the daemon sends its own main thread to pause the relay)
+    // pauses nothing, and the hand-over below still works.
+    // SAFETY: kill with integer arguments.
+    assert_eq!(
+        unsafe { libc::kill(serving(first) as libc::pid_t, libc::SIGUSR2) },
+        0
+    );
+    s.check_serving("after a SIGUSR2 from outside");
     let ns = namespaces(serving(first));
     assert_eq!(
         ns.1 != namespaces(std::process::id()).1,

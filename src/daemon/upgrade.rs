@@ -499,7 +499,7 @@ pub fn serve(
         None => {
             let frontend = loop {
                 // The signals that come while no frontend is connected are handled here.
-                wait_readable(&[up.listener.as_raw_fd()], signals)
+                wait_readable(&[up.listener.as_raw_fd()], signals, false)
                     .map_err(|e| format!("waiting for the vhost-user frontend: {e}"))?;
                 match up.listener.accept() {
                     Ok(Some(s)) => break s,

@@ -25,14 +25,13 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
-
 use super::setup::DeviceSetup;
 use super::wire::{self, req, Msg};
-use crate::shutdown::{wait_readable, Signals};
+use crate::shutdown::{thread_id, wait_readable, wake, Signals};
 use crate::sync::lock;
 
 /// What the controller asks of a paused relay.
@@ -48,7 +47,11 @@ pub struct Relay {
     setup: Arc<Mutex<DeviceSetup>>,
     frontend: Arc<UnixStream>,
     backend: Arc<UnixStream>,
-    wake: EventFd,
+    /// The thread that relays (the one that made the relay): [`Relay::pause`] wakes it.
+    thread: libc::pid_t,
+    /// Set by [`Relay::pause`] before it wakes the relaying thread: a SIGUSR2 from elsewhere
+    /// pauses nothing.
+    pause_asked: AtomicBool,
     requests: Mutex<(Sender<Command>, Receiver<io::Result<()>>)>,
     /// The relaying side of `requests`, taken by [`Relay::serve`].
     relaying: Mutex<Option<RelayingEnd>>,
@@ -98,7 +101,8 @@ impl Relay {
             setup: Arc::new(Mutex::new(setup)),
             frontend: Arc::new(frontend),
             backend: Arc::new(backend),
-            wake: EventFd::new(EFD_NONBLOCK)?,
+            thread: thread_id(),
+            pause_asked: AtomicBool::new(false),
             requests: Mutex::new((cmd_tx, ack_rx)),
             relaying: Mutex::new(Some((cmd_rx, ack_tx))),
             broken: Mutex::new(None),
@@ -133,7 +137,8 @@ impl Relay {
     /// Stops forwarding between two messages, with everything sent to the handler answered.
     pub fn pause(&self) -> io::Result<Paused<'_>> {
         let requests = lock(&self.requests);
-        self.wake.write(1)?;
+        self.pause_asked.store(true, Ordering::SeqCst);
+        wake(self.thread)?;
         requests.1.recv().map_err(io::Error::other)??;
         drop(requests);
         Ok(Paused {
@@ -148,15 +153,11 @@ impl Relay {
         acks: &Sender<io::Result<()>>,
         signals: Option<&Signals>,
     ) -> io::Result<()> {
-        let mut fds = [
-            self.frontend.as_raw_fd(),
-            self.backend.as_raw_fd(),
-            self.wake.as_raw_fd(),
-        ];
+        let mut fds = [self.frontend.as_raw_fd(), self.backend.as_raw_fd()];
         // GET_FEATURES the frontend sent and the handler has not answered yet.
         let mut queries = 0u32;
         loop {
-            let ready = wait_readable(&fds, signals)?;
+            let ready = wait_readable(&fds, signals, true)?;
             if ready[0] {
                 let received = wire::recv(&self.frontend).inspect_err(|e| {
                     // A frontend gone mid-message is a disconnect, as for the handler.
@@ -190,8 +191,8 @@ impl Relay {
                 }
                 wire::send(&self.frontend, &msg)?;
             }
-            if ready[2] {
-                let _ = self.wake.read();
+            let woken = signals.is_some_and(Signals::take_wake);
+            if woken && self.pause_asked.swap(false, Ordering::SeqCst) {
                 self.drain_backend(&mut queries)?;
                 let _ = acks.send(Ok(()));
                 match commands.recv() {
