@@ -459,6 +459,21 @@ pub fn serve(
     inherited: Option<Inherited>,
     signals: Option<&Signals>,
 ) -> Result<Arc<Relay>, String> {
+    // A new frontend is waited for first: the handler's connection and threads exist only
+    // once there is a connection to serve.
+    let frontend = match inherited {
+        Some(_) => None,
+        None => Some(loop {
+            // The signals that come while no frontend is connected are handled here.
+            wait_readable(&[up.listener.as_raw_fd()], signals, false)
+                .map_err(|e| format!("waiting for the vhost-user frontend: {e}"))?;
+            match up.listener.accept() {
+                Ok(Some(s)) => break s,
+                Ok(None) => continue,
+                Err(e) => return Err(format!("vhost-user: {e}")),
+            }
+        }),
+    };
     let (handler, mut private) = up
         .launcher
         .pair()
@@ -497,16 +512,7 @@ pub fn serve(
             relay
         }
         None => {
-            let frontend = loop {
-                // The signals that come while no frontend is connected are handled here.
-                wait_readable(&[up.listener.as_raw_fd()], signals, false)
-                    .map_err(|e| format!("waiting for the vhost-user frontend: {e}"))?;
-                match up.listener.accept() {
-                    Ok(Some(s)) => break s,
-                    Ok(None) => continue,
-                    Err(e) => return Err(format!("vhost-user: {e}")),
-                }
-            };
+            let frontend = frontend.ok_or("vhost-user: no frontend connection")?;
             Relay::new(frontend, handler, DeviceSetup::default())
                 .map_err(|e| format!("relay: {e}"))?
         }
