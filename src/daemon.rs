@@ -316,10 +316,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     // A `file-handles` migration destination opens the source's handles, whatever this
     // daemon's own inodes use.
     let opens_handles = fs.uses_file_handles() || cfg.migration.mode == MigrationMode::FileHandles;
-    // Signals are blocked and taken through a signalfd from here, before any thread starts
-    // (every thread inherits the blocked mask); the main thread handles them. Opened before
-    // `confine`, whose seccomp filter has no `signalfd4`; in the serving process (under
-    // `namespace`, after the supervisor's fork: the supervisor keeps its own handlers).
+    // Signals are blocked from here, before any thread starts (every thread inherits the
+    // blocked mask), and let in only while the main thread waits (`shutdown`); in the serving
+    // process (under `namespace`, after the supervisor's fork: the supervisor keeps its own
+    // handlers).
     let registry: Arc<OnceLock<Arc<Registry>>> = Arc::default();
     let signals = take_signals(
         notifier.clone(),
