@@ -44,6 +44,8 @@ pub struct OnDemand {
     state: Mutex<State>,
     changed: Condvar,
     job: Box<dyn Fn() + Send + Sync>,
+    /// Runs on the thread as it ends (not when stopped).
+    at_end: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl OnDemand {
@@ -59,6 +61,25 @@ impl OnDemand {
             state: Mutex::default(),
             changed: Condvar::new(),
             job: Box::new(job),
+            at_end: None,
+        })
+    }
+
+    /// [`OnDemand::new`], with `at_end` run on the thread each time it ends after its linger
+    /// (what an idle spell may give back).
+    pub fn with_end(
+        name: impl Into<String>,
+        linger: Duration,
+        job: impl Fn() + Send + Sync + 'static,
+        at_end: impl Fn() + Send + Sync + 'static,
+    ) -> Arc<OnDemand> {
+        Arc::new(OnDemand {
+            name: name.into(),
+            linger,
+            state: Mutex::default(),
+            changed: Condvar::new(),
+            job: Box::new(job),
+            at_end: Some(Box::new(at_end)),
         })
     }
 
@@ -134,6 +155,15 @@ impl OnDemand {
             s = guard;
             s.waiting = false;
             if timeout.timed_out() && !s.pending {
+                if let Some(end) = &self.at_end {
+                    // Ended before `end` runs: a wake meanwhile starts a new thread.
+                    s.running = false;
+                    s.thread = None;
+                    self.changed.notify_all();
+                    drop(s);
+                    end();
+                    return;
+                }
                 break;
             }
         }

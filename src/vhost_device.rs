@@ -224,11 +224,16 @@ impl VhostFsBackend {
     /// while it drains, so a finished connection's backend is not kept alive by it.
     fn queue_thread(&self, queue: usize) -> Arc<OnDemand> {
         let weak = Arc::downgrade(&self.inner);
-        OnDemand::new(format!("vhostfs-queue-{queue}"), QUEUE_LINGER, move || {
-            if let Some(inner) = weak.upgrade() {
-                let _ = VhostFsBackend { inner }.serve_queue(queue);
-            }
-        })
+        OnDemand::with_end(
+            format!("vhostfs-queue-{queue}"),
+            QUEUE_LINGER,
+            move || {
+                if let Some(inner) = weak.upgrade() {
+                    let _ = VhostFsBackend { inner }.serve_queue(queue);
+                }
+            },
+            give_back_free_memory,
+        )
     }
 
     /// Serves every chain available on queue `queue` (kicked at least once: its vring is
@@ -394,6 +399,14 @@ impl VhostUserBackend for VhostFsBackend {
             }
         }
     }
+}
+
+/// Gives the allocator's free memory back to the host (every arena's), as a queue goes idle:
+/// what the requests of a busy spell left free (a thread's arena, freed buffers) is no part of
+/// an idle daemon's footprint (issue 36).
+fn give_back_free_memory() {
+    // SAFETY: malloc_trim takes an integer and only releases free memory of the allocator.
+    unsafe { libc::malloc_trim(0) };
 }
 
 #[cfg(test)]

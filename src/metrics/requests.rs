@@ -56,8 +56,12 @@ struct Stripe<const OPS: usize> {
 }
 
 /// Request metrics for `OPS` opcode slots.
+///
+/// A stripe (~13 KiB with every opcode) is allocated by the first request a thread of its
+/// stripe records: an idle daemon whose few threads served a few requests holds those, not all
+/// [`STRIPES`] (issue 36: 210 KiB resident from the start before).
 pub struct RequestMetrics<const OPS: usize> {
-    stripes: Box<[Stripe<OPS>]>,
+    stripes: [std::sync::OnceLock<Box<Stripe<OPS>>>; STRIPES],
 }
 
 /// One opcode slot, summed over all threads.
@@ -110,22 +114,27 @@ pub struct RequestSnapshot {
 impl<const OPS: usize> Default for RequestMetrics<OPS> {
     fn default() -> Self {
         RequestMetrics {
-            stripes: (0..STRIPES)
-                .map(|_| Stripe {
-                    ops: std::array::from_fn(|_| OpCells::default()),
-                    errno: std::array::from_fn(|_| AtomicU64::new(0)),
-                })
-                .collect(),
+            stripes: std::array::from_fn(|_| std::sync::OnceLock::new()),
         }
     }
 }
 
 impl<const OPS: usize> RequestMetrics<OPS> {
+    /// The calling thread's stripe, allocated by its first use.
+    fn stripe(&self) -> &Stripe<OPS> {
+        self.stripes[stripe()].get_or_init(|| {
+            Box::new(Stripe {
+                ops: std::array::from_fn(|_| OpCells::default()),
+                errno: std::array::from_fn(|_| AtomicU64::new(0)),
+            })
+        })
+    }
+
     /// Records one answered request of opcode slot `slot` (< `OPS`), started at `started`, with
     /// `errno` (0: success). Takes the request's second clock read.
     pub fn record(&self, slot: usize, errno: i32, started: Stamp) {
         let ns = ns_since(started);
-        let s = &self.stripes[stripe()];
+        let s = self.stripe();
         let op = &s.ops[slot];
         op.buckets[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
         op.nanos.fetch_add(ns, Ordering::Relaxed);
@@ -141,7 +150,7 @@ impl<const OPS: usize> RequestMetrics<OPS> {
 
     /// `n` more data bytes in `slot`.
     pub fn add_bytes(&self, slot: usize, n: u64) {
-        self.stripes[stripe()].ops[slot]
+        self.stripe().ops[slot]
             .bytes
             .fetch_add(n, Ordering::Relaxed);
     }
@@ -151,7 +160,7 @@ impl<const OPS: usize> RequestMetrics<OPS> {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut ops = vec![OpSnapshot::default(); OPS];
         let mut errno = vec![0; ERRNO_SLOTS];
-        for s in self.stripes.iter() {
+        for s in self.stripes.iter().filter_map(std::sync::OnceLock::get) {
             for (sum, cells) in ops.iter_mut().zip(&s.ops) {
                 sum.errors += load(&cells.errors);
                 sum.bytes += load(&cells.bytes);
