@@ -24,7 +24,7 @@ use crate::passthrough::fd_budget::FdBudget;
 use crate::passthrough::migration::MigrationMode;
 use crate::passthrough::{FsConfig, PassthroughFs};
 use crate::pid_file::PidFile;
-use crate::sandbox::{Sandbox, SandboxMode};
+use crate::sandbox::{self, Sandbox, SandboxMode};
 use crate::shutdown;
 use crate::systemd::{self, Notifier};
 use crate::vhost_device::MAX_REQUEST_QUEUES;
@@ -232,25 +232,37 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .map_err(|e| format!("dup: {e}"))
     };
     let pid_file = dup_fd(lock(&owned).pid_file.as_ref().map(PidFile::fd))?;
-    // The launcher of in-place upgrades, forked while the process has one thread (before the
-    // sandbox: it stays on the host, with the caller's credentials). Under `chroot` and `none`
-    // it removes the socket and pid file once this process has exited (under `namespace` the
-    // supervisor does); what an upgrade handed over only once this process has taken over.
+    // The launcher of in-place upgrades, a process on the host with the caller's credentials:
+    // as root under `namespace`, the sandbox's supervisor (its duty); otherwise forked now,
+    // while the process has one thread (before the user namespace of an unprivileged run). It
+    // removes the socket and pid file once this process has exited (under `namespace`
+    // unprivileged, the supervisor does); what an upgrade handed over only once this process
+    // has taken over.
+    let supervisor_launches = Sandbox::supervisor_stays_on_host(cfg.sandbox);
     let leftovers = match cfg.sandbox {
-        SandboxMode::Namespace => upgrade::launcher::Leftovers::default(),
+        SandboxMode::Namespace if !supervisor_launches => upgrade::launcher::Leftovers::default(),
         _ => lock(&owned).leftovers()?,
     };
-    let launcher = upgrade::Launcher::start(
-        upgrade::launcher::binary_path(),
-        &upgrade::launcher::arguments(),
-        leftovers,
-    )
-    .map_err(|e| format!("the upgrade launcher: {e}"))?;
-    if inherited.is_some() {
-        launcher
-            .cleanup(false)
-            .map_err(|e| format!("the upgrade launcher: {e}"))?;
-    }
+    let launcher_err = |e: io::Error| format!("the upgrade launcher: {e}");
+    let exe = upgrade::launcher::binary_path();
+    let args = upgrade::launcher::arguments();
+    let (launcher, duty) = if supervisor_launches {
+        let (launcher, service) =
+            upgrade::Launcher::with_service(exe, &args, leftovers, inherited.is_none())
+                .map_err(launcher_err)?;
+        let duty = sandbox::Duty {
+            fds: service.fds(),
+            child_end: launcher.channel(),
+            run: Box::new(move |child| service.serve(Some(child))),
+        };
+        (launcher, Some(duty))
+    } else {
+        let launcher = upgrade::Launcher::start(exe, &args, leftovers).map_err(launcher_err)?;
+        if inherited.is_some() {
+            launcher.cleanup(false).map_err(launcher_err)?;
+        }
+        (launcher, None)
+    };
     if cfg.sandbox != SandboxMode::Namespace {
         // From here the launcher alone removes them, once this process has exited.
         lock(&owned).disarm();
@@ -262,12 +274,16 @@ pub fn run(cfg: Config) -> Result<(), String> {
         (Some(i), SandboxMode::Namespace) => Some(i.namespaces()?),
         _ => None,
     };
-    let mut sandbox = Sandbox::enter(&sandbox_cfg, created, join)?;
+    let mut sandbox = Sandbox::enter(&sandbox_cfg, created, join, duty)?;
+    // The supervisor that launches opens the mount namespace for a launch: none is kept here.
+    let mount_ns = sandbox
+        .take_mount_namespace()
+        .filter(|_| !supervisor_launches);
     let handed = upgrade::Handed {
         pid_file,
         metrics: dup_fd(metrics_listener.as_ref().map(|l| l.fd()))?,
         notifier: notifier.clone(),
-        mount_ns: sandbox.take_mount_namespace(),
+        mount_ns,
         user_ns: sandbox.take_user_namespace(),
     };
     // The upgrader holds the listener: the connections are accepted from it, an upgrade hands
@@ -310,7 +326,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if cfg.sandbox == SandboxMode::Namespace {
         // From `confine` on, host paths resolve inside the share: nothing may be removed by
         // path any more. The supervisor removes the socket and pid file when the daemon exits
-        // (under `chroot` and `none`, the launcher).
+        // (as root, its launcher duty; under `chroot` and `none`, the launcher).
         lock(&owned).disarm();
     }
     // A `file-handles` migration destination opens the source's handles, whatever this

@@ -5,8 +5,18 @@
 //! records go to the local syslog, facility `daemon`, identity `vhostfs`.
 
 use std::io::{self, Write};
-use std::sync::Mutex;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The socket records go to syslog through, if they do: a process that closes the fds it does
+/// not use keeps this one.
+static SYSLOG_FD: OnceLock<RawFd> = OnceLock::new();
+
+/// The fd the logger writes through besides stderr (its syslog socket), if any.
+pub fn fd() -> Option<RawFd> {
+    SYSLOG_FD.get().copied()
+}
 
 /// Installs the process-wide logger.
 ///
@@ -23,6 +33,15 @@ pub fn init(level: log::LevelFilter, syslog: bool) -> Result<(), String> {
         };
         match syslog::unix(formatter) {
             Ok(writer) => {
+                let fd = match &writer.backend {
+                    syslog::LoggerBackend::Unix(s) => Some(s.as_raw_fd()),
+                    syslog::LoggerBackend::UnixStream(s) => Some(s.get_ref().as_raw_fd()),
+                    syslog::LoggerBackend::Udp(s, _) => Some(s.as_raw_fd()),
+                    syslog::LoggerBackend::Tcp(s) => Some(s.get_ref().as_raw_fd()),
+                };
+                if let Some(fd) = fd {
+                    let _ = SYSLOG_FD.set(fd);
+                }
                 install(Box::new(syslog::BasicLogger::new(writer)), level)?;
                 return Ok(());
             }

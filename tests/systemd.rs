@@ -74,18 +74,30 @@ fn socket_activation_ready_serve_sigterm() {
     let client = serve_one_guest(&socket, shared.path());
     assert_eq!(recv_notify(&notify), "STATUS=serving the guest");
 
-    // The inherited socket must not leak into anything the daemon might exec.
-    let fdinfo = std::fs::read_to_string(format!("/proc/{}/fdinfo/3", daemon.pid())).unwrap();
-    let flags = fdinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("flags:"))
-        .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
-        .unwrap();
+    // The inherited socket must not leak into anything the daemon might exec: close-on-exec
+    // in the serving process, which holds it, and in its supervisor (which launches an
+    // upgrade's binary) closed or close-on-exec too.
+    let fd3_flags = |pid: u32| {
+        let fdinfo = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/3")).ok()?;
+        fdinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+    };
+    let served = daemon.served_pid().unwrap();
+    let flags = fd3_flags(served).expect("the serving process holds the socket as fd 3");
     assert_ne!(
         flags & libc::O_CLOEXEC as u32,
         0,
         "fd 3 is not close-on-exec"
     );
+    if let Some(flags) = fd3_flags(daemon.pid()) {
+        assert_ne!(
+            flags & libc::O_CLOEXEC as u32,
+            0,
+            "the supervisor's fd 3 is not close-on-exec"
+        );
+    }
 
     // SIGTERM while the guest is connected: exit 0, STOPPING=1.
     let status = sigterm(&mut daemon);

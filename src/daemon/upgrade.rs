@@ -118,7 +118,8 @@ pub struct Handed {
     pub pid_file: Option<OwnedFd>,
     pub metrics: Option<OwnedFd>,
     pub notifier: Option<Notifier>,
-    /// `--sandbox=namespace`: the mount namespace we serve in.
+    /// `--sandbox=namespace`: the mount namespace we serve in (none when the launcher opens it
+    /// for a launch: [`Launcher::launch`]).
     pub mount_ns: Option<OwnedFd>,
     /// Unprivileged under `--sandbox=namespace`: the user namespace we serve in.
     pub user_ns: Option<OwnedFd>,
@@ -200,13 +201,13 @@ impl Upgrader {
         let Some(conn) = conn else {
             return Err("no frontend is connected: restart the daemon instead".into());
         };
-        let (pid, sock) = self
+        let (pid, sock, mount_ns) = self
             .launcher
             .launch()
             .map_err(|e| format!("cannot start the new binary: {e}"))?;
         // Once the session moves, the socket and pid file may be the new process's: our
         // launcher must not remove them when we exit (it does again if the upgrade fails).
-        let moved = self.start_next(&sock, requester).and_then(|()| {
+        let moved = self.start_next(&sock, requester, mount_ns).and_then(|()| {
             self.launcher
                 .cleanup(false)
                 .map_err(|e| format!("the launcher: {e}"))?;
@@ -222,8 +223,14 @@ impl Upgrader {
     }
 
     /// Gives the new process what it starts with, and waits until it has started (we serve
-    /// meanwhile: its start-up is no pause for the guest).
-    fn start_next(&self, sock: &UnixStream, requester: Option<(u32, u32)>) -> Result<(), String> {
+    /// meanwhile: its start-up is no pause for the guest). `mount_ns`: the mount namespace we
+    /// serve in, if the launcher opened it (else the one we hold, if any).
+    fn start_next(
+        &self,
+        sock: &UnixStream,
+        requester: Option<(u32, u32)>,
+        mount_ns: Option<OwnedFd>,
+    ) -> Result<(), String> {
         let dup = |fd: &OwnedFd| fd.try_clone().map_err(|e| format!("dup: {e}"));
         let dup_opt = |fd: &Option<OwnedFd>| fd.as_ref().map(dup).transpose();
         let h = &self.handed;
@@ -236,7 +243,10 @@ impl Upgrader {
             ),
             pid_file: dup_opt(&h.pid_file)?,
             metrics: dup_opt(&h.metrics)?,
-            mount_ns: dup_opt(&h.mount_ns)?,
+            mount_ns: match mount_ns {
+                Some(ns) => Some(ns),
+                None => dup_opt(&h.mount_ns)?,
+            },
             user_ns: dup_opt(&h.user_ns)?,
             notify: h
                 .notifier

@@ -24,7 +24,8 @@
 //!    propagate in, nothing propagates out) and mounts a fresh `/proc` of its own pid namespace,
 //!    so the `/proc/self/fd` that `PassthroughFs::new` opens next shows no host process. Last,
 //!    it bind-mounts the shared dir on itself, recursively (the future root, see below). It
-//!    keeps an fd of its mount namespace, for an in-place upgrade.
+//!    keeps an fd of its mount namespace, for an in-place upgrade (unless its supervisor is
+//!    its upgrade launcher too, a [`Duty`] of a root run, which opens it for a launch).
 //!    A process an in-place upgrade started (`join`: that fd, handed over, and unprivileged
 //!    the old daemon's user namespace, which it joins instead of making one, with the same
 //!    ids) forks its supervisor the same way, but its child *joins* the old daemon's mount
@@ -77,7 +78,7 @@ mod userns;
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -85,6 +86,7 @@ use std::sync::OnceLock;
 pub use capabilities::ModCaps;
 pub use landlock::LandlockMode;
 pub use seccomp::SeccompMode;
+pub use supervisor::Duty;
 pub use userns::IdMap;
 
 use crate::option_values::option_values;
@@ -180,6 +182,15 @@ fn cstring(path: &Path) -> io::Result<CString> {
 }
 
 impl Sandbox {
+    /// Whether the supervisor of a run in `mode` stays on the host with the caller's
+    /// credentials, so that it may serve the daemon as its upgrade launcher ([`Duty`]):
+    /// under `namespace` as root. An unprivileged run's supervisor is in the sandbox's user
+    /// namespace already (it must be, to make the pid namespace).
+    pub fn supervisor_stays_on_host(mode: SandboxMode) -> bool {
+        // SAFETY: plain syscall.
+        mode == SandboxMode::Namespace && unsafe { libc::geteuid() } == 0
+    }
+
     /// Step 1 (see the module doc). In `namespace` mode the calling process turns into the
     /// supervisor and never returns; the child returns. Must be called while single-threaded.
     /// Checks first that the capabilities the options need are there
@@ -188,10 +199,14 @@ impl Sandbox {
     /// when the child has exited. `join`: in `namespace` mode, the mount namespace of the
     /// daemon an in-place upgrade takes over from, joined instead of making one (the socket and
     /// pid file are then the child's only once it says it took over, [`took_over`]).
+    /// `duty`: in `namespace` mode, a service the supervisor runs for the child (see
+    /// [`Sandbox::supervisor_stays_on_host`]); it then removes what the child made, not the
+    /// supervisor (`created` is not used).
     pub fn enter(
         cfg: &SandboxConfig,
         created: Vec<PathBuf>,
         join: Option<Join>,
+        duty: Option<Duty>,
     ) -> Result<Sandbox, String> {
         let mode = cfg.mode;
         // SAFETY: plain syscall.
@@ -260,7 +275,7 @@ impl Sandbox {
         if mode != SandboxMode::Namespace {
             return Ok(sandbox);
         }
-        supervisor::fork_supervisor(join.is_none()).map_err(|e| {
+        supervisor::fork_supervisor(join.is_none(), duty).map_err(|e| {
             format!(
                 "cannot set up the namespace sandbox ({e}); run as root with namespaces \
                      available, or pass --sandbox=chroot or --sandbox=none"
@@ -355,6 +370,21 @@ impl Sandbox {
             SandboxMode::Chroot => root::chroot_into(shared_dir).map_err(fail),
             SandboxMode::None => Ok(()),
         }
+    }
+}
+
+/// Closes every fd from 3 up but those in `keep`.
+pub fn close_all_but(keep: &[RawFd]) {
+    let mut keep = keep.to_vec();
+    keep.sort_unstable();
+    let mut lo = 3;
+    for next in keep.into_iter().chain([RawFd::MAX]) {
+        if lo < next {
+            // SAFETY: close_range only closes fds; none of these is used by this process
+            // any more (the caller owns nothing else, or never uses it again).
+            unsafe { libc::syscall(libc::SYS_close_range, lo as u32, (next - 1) as u32, 0u32) };
+        }
+        lo = lo.max(next.saturating_add(1));
     }
 }
 

@@ -8,13 +8,17 @@
 //! them after the child exits only if they are its own then. So the old supervisor, whose
 //! child exits once the new process serves, leaves them to the new one, and a new process
 //! that fails before taking over leaves them to the old one.
+//!
+//! A supervisor may have a [`Duty`] besides (as root, the upgrade launcher's service): it then
+//! keeps only the duty's fds, does it until its child is gone, and the duty, not the status
+//! pipe, decides what is removed.
 
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
-use super::{check, os_err, pipe, CLEANUP};
+use super::{check, close_all_but, os_err, pipe, CLEANUP};
 
 /// The child the supervisor forwards signals to (0 before the fork).
 static CHILD: AtomicI32 = AtomicI32::new(0);
@@ -42,18 +46,59 @@ pub(super) fn tell(what: u8) {
     }
 }
 
+/// A service the supervisor runs for its child besides supervising it (the upgrade launcher's),
+/// instead of a process of its own doing it.
+///
+/// Invariant: the duty's channel is the child's line to its supervisor: the child holds one end
+/// (`child_end`), the supervisor alone the other, so its hang-up means the supervisor is gone,
+/// and the duty returns once the child is (or has closed its end).
+pub struct Duty {
+    /// Runs in the supervisor with the child's host pid, until the child's end closes. It
+    /// removes what the child made on the host once the child is gone (the supervisor then
+    /// leaves the socket and pid file to it).
+    pub run: Box<dyn FnOnce(libc::pid_t)>,
+    /// The fds `run` uses: the supervisor closes every other one but stdio and the log's.
+    pub fds: Vec<RawFd>,
+    /// The child's end of the duty's channel.
+    pub child_end: RawFd,
+}
+
+/// What links the child to its supervisor: a duty's channel, or two pipes (`alive`: its
+/// hang-up tells the child the supervisor is gone; `status`: [`TOOK_OVER`], [`HANDED_OVER`]).
+enum Lines {
+    Duty(Duty),
+    Pipes {
+        alive: (OwnedFd, OwnedFd),
+        status: (OwnedFd, OwnedFd),
+    },
+}
+
 /// unshare(NEWPID) and fork: the parent becomes the supervisor and never returns; the child,
 /// pid 1 of the new pid namespace, returns. `owns`: whether the socket and pid file are the
-/// child's from the start (not when an in-place upgrade started this process).
-pub(super) fn fork_supervisor(owns: bool) -> io::Result<()> {
+/// child's from the start (not when an in-place upgrade started this process). `duty`: what
+/// the supervisor also does (it then removes nothing itself, and needs no pipes to the child).
+pub(super) fn fork_supervisor(owns: bool, duty: Option<Duty>) -> io::Result<()> {
+    // A supervisor with a duty starts processes (a launch): in the host's pid namespace, not
+    // in its child's, whose end would kill them.
+    let host_pids = match duty {
+        Some(_) => Some(OwnedFd::from(std::fs::File::open("/proc/self/ns/pid")?)),
+        None => None,
+    };
     // SAFETY: plain syscall; CLONE_NEWPID only affects children created afterwards.
     check(
         unsafe { libc::unshare(libc::CLONE_NEWPID) },
         "unshare(CLONE_NEWPID)",
     )?;
-    // Lets the child notice a supervisor that died before PR_SET_PDEATHSIG was in force.
-    let (alive_r, alive_w) = pipe()?;
-    let (status_r, status_w) = pipe()?;
+    // Lets the child notice a supervisor that died before PR_SET_PDEATHSIG was in force (a
+    // duty's channel, else a pipe), and tells the supervisor what became of the socket and pid
+    // file (with a duty, its service hears it).
+    let lines = match duty {
+        Some(duty) => Lines::Duty(duty),
+        None => Lines::Pipes {
+            alive: pipe()?,
+            status: pipe()?,
+        },
+    };
     // SAFETY: the process is single-threaded (module invariant), so the child may run
     // arbitrary code after fork.
     let pid = unsafe { libc::fork() };
@@ -61,18 +106,40 @@ pub(super) fn fork_supervisor(owns: bool) -> io::Result<()> {
         return Err(os_err("fork"));
     }
     if pid > 0 {
-        drop((alive_r, status_w));
-        supervise(pid, alive_w, status_r, owns);
+        match lines {
+            Lines::Duty(duty) => supervise_with(pid, duty, host_pids),
+            Lines::Pipes {
+                alive: (alive_r, alive_w),
+                status: (status_r, status_w),
+            } => {
+                drop((alive_r, status_w));
+                supervise(pid, alive_w, status_r, owns)
+            }
+        }
     }
-    drop((alive_w, status_r));
-    let _ = STATUS.set(status_w);
+    let alive = match lines {
+        Lines::Duty(duty) => {
+            let end = duty.child_end;
+            drop(duty);
+            // SAFETY: the duty's channel end, which the caller holds open.
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(end) }.try_clone_to_owned()?
+        }
+        Lines::Pipes {
+            alive: (alive_r, alive_w),
+            status: (status_r, status_w),
+        } => {
+            drop((alive_w, status_r));
+            let _ = STATUS.set(status_w);
+            alive_r
+        }
+    };
     // SAFETY: plain prctl.
     check(
         unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) },
         "prctl(PR_SET_PDEATHSIG)",
     )?;
     let mut pfd = libc::pollfd {
-        fd: alive_r.as_raw_fd(),
+        fd: alive.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
@@ -81,7 +148,7 @@ pub(super) fn fork_supervisor(owns: bool) -> io::Result<()> {
         // SAFETY: exiting the child without running the parent's destructors.
         unsafe { libc::_exit(1) };
     }
-    drop(alive_r);
+    drop(alive);
     install_child_signal_handlers()?;
     Ok(())
 }
@@ -161,10 +228,8 @@ fn install_child_signal_handlers() -> io::Result<()> {
     })
 }
 
-/// The supervisor: forward signals to `child`, wait for it, exit with its status; remove the
-/// socket and pid file if they are the child's when it exits (`owns`, then what it said on
-/// `told`).
-fn supervise(child: libc::pid_t, _alive: OwnedFd, told: OwnedFd, mut owns: bool) -> ! {
+/// Forwards the signals [`FORWARDED`] and [`FORWARDED_ONLY`] to `child` from here on.
+fn forward_signals(child: libc::pid_t) {
     CHILD.store(child, Ordering::Relaxed);
     type Forward = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
     let forward = forward_signal as Forward as usize;
@@ -173,6 +238,38 @@ fn supervise(child: libc::pid_t, _alive: OwnedFd, told: OwnedFd, mut owns: bool)
             log::warn!("sandbox supervisor: cannot forward signal {sig}: {e}");
         }
     }
+}
+
+/// The supervisor with a duty: forward signals to `child`, keep only the fds the duty uses, do
+/// it until the child is gone, then wait for the child and exit with its status.
+/// `host_pids`: the pid namespace its further children go in.
+fn supervise_with(child: libc::pid_t, duty: Duty, host_pids: Option<OwnedFd>) -> ! {
+    forward_signals(child);
+    if let Some(ns) = host_pids {
+        // SAFETY: setns with an fd we hold; for CLONE_NEWPID it sets the namespace of the
+        // children created from now on (the caller's own is always allowed).
+        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWPID) } != 0 {
+            log::error!(
+                "sandbox supervisor: cannot start processes outside the sandbox's pid \
+                 namespace ({}): an upgrade's new process would die with this one",
+                io::Error::last_os_error()
+            );
+        }
+    }
+    close_all_but(
+        &duty
+            .fds
+            .iter()
+            .copied()
+            .chain(crate::logger::fd())
+            .collect::<Vec<_>>(),
+    );
+    (duty.run)(child);
+    exit_with(wait_for(child))
+}
+
+/// Waits for `child` to exit (through interrupting signals): its wait status.
+fn wait_for(child: libc::pid_t) -> libc::c_int {
     let mut status = 0;
     loop {
         // SAFETY: valid out pointer.
@@ -188,6 +285,25 @@ fn supervise(child: libc::pid_t, _alive: OwnedFd, told: OwnedFd, mut owns: bool)
             std::process::exit(1);
         }
     }
+    status
+}
+
+/// Exits as the child did (a signal's death as the shell reports it).
+fn exit_with(status: libc::c_int) -> ! {
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    };
+    std::process::exit(code)
+}
+
+/// The supervisor: forward signals to `child`, wait for it, exit with its status; remove the
+/// socket and pid file if they are the child's when it exits (`owns`, then what it said on
+/// `told`).
+fn supervise(child: libc::pid_t, _alive: OwnedFd, told: OwnedFd, mut owns: bool) -> ! {
+    forward_signals(child);
+    let status = wait_for(child);
     let mut said = Vec::new();
     let _ = std::fs::File::from(told).read_to_end(&mut said);
     for &what in &said {
@@ -202,10 +318,5 @@ fn supervise(child: libc::pid_t, _alive: OwnedFd, told: OwnedFd, mut owns: bool)
             let _ = std::fs::remove_file(path);
         }
     }
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128 + libc::WTERMSIG(status)
-    };
-    std::process::exit(code)
+    exit_with(status)
 }

@@ -1,5 +1,7 @@
-//! The launcher: a child forked at start-up, before the sandbox and before any thread, that
-//! does for the daemon what the confined daemon no longer can.
+//! The launcher: a service on the host, outside the sandbox, that does for the daemon what the
+//! confined daemon no longer can. Its own process, forked at start-up before the sandbox and
+//! any thread ([`Launcher::start`]), or the duty of the namespace sandbox's supervisor when that
+//! stays on the host (root: [`Launcher::with_service`], [`Service::serve`]).
 //!
 //! The serving process cannot create sockets or execute anything once confined (seccomp has no
 //! `socket` or `execve`, Landlock allows only the share, and a seccomp filter cannot be lifted:
@@ -10,7 +12,8 @@
 //!   [`relay`](super::relay)): a listener with one connection pending, and that connection.
 //! - `LAUNCH`: a socket pair for the hand-over; a child that executes the binary path the daemon
 //!   was started from, with the same arguments and `VHOSTFS_UPGRADE_FD` naming its end; the
-//!   daemon gets the child's pid and the other end.
+//!   daemon gets the child's pid and the other end (and, from a supervisor, the mount namespace
+//!   its child serves in: the daemon keeps no fd of it).
 //! - `KILL`: SIGKILL to a launched child that did not answer in time.
 //! - `CLEANUP`: whether the launcher removes the daemon's [`Leftovers`] once the daemon has
 //!   exited (yes at first; no while a hand-over is under way and after it).
@@ -24,10 +27,10 @@
 //!
 //! When the daemon has exited, the launcher removes its socket and pid file (the confined daemon
 //! cannot: under `chroot` their paths do not resolve, under `none` Landlock refuses), unless they
-//! were handed over: then the new process's own launcher removes them in turn. The launcher
-//! ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT (a signal to the process group, or systemd's
-//! stop, would end it before the daemon), and exits once the daemon has. The new process of a
-//! hand-over is reparented.
+//! were handed over: then the new process's own launcher removes them in turn. A launcher of its
+//! own ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT (a signal to the process group, or systemd's
+//! stop, would end it before the daemon: a supervisor forwards them instead), and exits once
+//! the daemon has. The new process of a hand-over is reparented.
 //!
 //! Invariant: the pid file stays locked until it is removed: the launcher holds the same open
 //! file (the lock belongs to it), so no second instance starts on the socket path before the
@@ -119,6 +122,31 @@ impl Launcher {
     /// (the path this one was started from); `args`: its arguments, without argv[0];
     /// `leftovers`: what it removes once this process has exited.
     pub fn start(exe: PathBuf, args: &[OsString], leftovers: Leftovers) -> io::Result<Launcher> {
+        let (launcher, service) = Launcher::with_service(exe, args, leftovers, true)?;
+        // SAFETY: the process has one thread (the caller's contract), so the child may go on
+        // running ordinary code.
+        match unsafe { libc::fork() } {
+            -1 => Err(io::Error::last_os_error()),
+            0 => {
+                drop(launcher);
+                service.serve_alone();
+                // SAFETY: leaving the child without running the parent's destructors.
+                unsafe { libc::_exit(0) }
+            }
+            _ => Ok(launcher),
+        }
+    }
+
+    /// The launcher's channel, and the service at its other end, for a process of the caller's
+    /// choosing (the namespace sandbox's supervisor, [`Service::serve`]) instead of one of its
+    /// own. `cleanup`: whether the service removes the leftovers unless told otherwise (not
+    /// while what an upgrade handed over is not this process's yet).
+    pub fn with_service(
+        exe: PathBuf,
+        args: &[OsString],
+        leftovers: Leftovers,
+        cleanup: bool,
+    ) -> io::Result<(Launcher, Service)> {
         let mut argv = vec![cstring(exe.as_os_str().as_bytes())?];
         for a in args {
             argv.push(cstring(a.as_bytes())?);
@@ -128,20 +156,21 @@ impl Launcher {
             argv,
         };
         let (ours, theirs) = UnixStream::pair()?;
-        // SAFETY: the process has one thread (the caller's contract), so the child may go on
-        // running ordinary code.
-        match unsafe { libc::fork() } {
-            -1 => Err(io::Error::last_os_error()),
-            0 => {
-                drop(ours);
-                serve(theirs, &exec, leftovers);
-                // SAFETY: leaving the child without running the parent's destructors.
-                unsafe { libc::_exit(0) }
-            }
-            _ => Ok(Launcher {
-                sock: Mutex::new(ours),
-            }),
-        }
+        let launcher = Launcher {
+            sock: Mutex::new(ours),
+        };
+        let service = Service {
+            sock: theirs,
+            exec,
+            leftovers,
+            cleanup,
+        };
+        Ok((launcher, service))
+    }
+
+    /// Our end of the channel: its hang-up tells that the service is gone.
+    pub fn channel(&self) -> RawFd {
+        lock(&self.sock).as_raw_fd()
     }
 
     /// One request: `op`, two numbers and a text; the reply: two numbers and up to 2 fds.
@@ -189,13 +218,16 @@ impl Launcher {
         Ok((stream, vhost::vhost_user::Listener::from(listener)))
     }
 
-    /// Starts the next binary; returns its pid and our end of its hand-over connection.
-    pub fn launch(&self) -> io::Result<(libc::pid_t, UnixStream)> {
+    /// Starts the next binary; returns its pid, our end of its hand-over connection, and the
+    /// mount namespace this process serves in if the service knows it (a supervisor's service
+    /// opens its child's: [`Service::serve`]).
+    pub fn launch(&self) -> io::Result<(libc::pid_t, UnixStream, Option<OwnedFd>)> {
         let (pid, _, mut fds) = self.request(LAUNCH, 0, 0, b"")?;
+        let mut fds = fds.drain(..);
         let end = fds
-            .pop()
+            .next()
             .ok_or_else(|| io::Error::other("no hand-over connection"))?;
-        Ok((pid, UnixStream::from(end)))
+        Ok((pid, UnixStream::from(end), fds.next()))
     }
 
     /// Kills a launched child that did not answer.
@@ -217,21 +249,6 @@ impl Launcher {
     }
 }
 
-/// Closes every fd from 3 up but those in `keep`.
-fn close_all_but(keep: &[RawFd]) {
-    let mut keep = keep.to_vec();
-    keep.sort_unstable();
-    let mut lo = 3;
-    for next in keep.into_iter().chain([RawFd::MAX]) {
-        if lo < next {
-            // SAFETY: close_range only closes fds; none of these is used by this process
-            // any more (the launcher owns nothing but `keep`).
-            unsafe { libc::syscall(libc::SYS_close_range, lo as u32, (next - 1) as u32, 0u32) };
-        }
-        lo = lo.max(next.saturating_add(1));
-    }
-}
-
 /// Sets the disposition of the signals the launcher ignores: `SIG_IGN` in the launcher,
 /// `SIG_DFL` back in a child about to execute the binary (async-signal-safe).
 fn set_ignored(disposition: libc::sighandler_t) {
@@ -241,28 +258,52 @@ fn set_ignored(disposition: libc::sighandler_t) {
     }
 }
 
-/// The launcher (in the forked child): serves requests until the daemon's end of the channel
-/// closes, then removes `leftovers` unless told not to.
-fn serve(sock: UnixStream, exec: &Exec, leftovers: Leftovers) {
-    // SAFETY: prctl with a C string.
-    unsafe { libc::prctl(libc::PR_SET_NAME, COMM.as_ptr()) };
-    set_ignored(libc::SIG_IGN);
-    let pid_fd = leftovers.pid_file.as_ref().map(|(_, fd)| fd.as_raw_fd());
-    close_all_but(
-        &[Some(sock.as_raw_fd()), pid_fd]
+/// The launcher's side of the channel: serves the daemon's requests (see the module doc).
+pub struct Service {
+    sock: UnixStream,
+    exec: Exec,
+    leftovers: Leftovers,
+    /// Whether `leftovers` are removed once the daemon has exited (`CLEANUP` sets it).
+    cleanup: bool,
+}
+
+impl Service {
+    /// The fds the service uses: whoever runs it keeps them open (and may close all others).
+    pub fn fds(&self) -> Vec<RawFd> {
+        let pid_fd = self
+            .leftovers
+            .pid_file
+            .as_ref()
+            .map(|(_, fd)| fd.as_raw_fd());
+        [Some(self.sock.as_raw_fd()), pid_fd]
             .into_iter()
             .flatten()
-            .collect::<Vec<_>>(),
-    );
-    let mut cleanup = true;
-    requests(&sock, exec, &mut cleanup);
-    if cleanup {
-        leftovers.remove();
+            .collect()
+    }
+
+    /// Serves requests until the daemon's end of the channel closes, then removes the
+    /// leftovers unless told not to. `served`: the host pid of the process serving the guest,
+    /// when it is not the one at the channel's other end as the host sees it (a supervisor's
+    /// child): a launch then also returns the mount namespace that process serves in.
+    pub fn serve(mut self, served: Option<libc::pid_t>) {
+        requests(&self.sock, &self.exec, &mut self.cleanup, served);
+        if self.cleanup {
+            self.leftovers.remove();
+        }
+    }
+
+    /// [`Service::serve`] in a process of its own (forked by [`Launcher::start`]).
+    fn serve_alone(self) {
+        // SAFETY: prctl with a C string.
+        unsafe { libc::prctl(libc::PR_SET_NAME, COMM.as_ptr()) };
+        set_ignored(libc::SIG_IGN);
+        crate::sandbox::close_all_but(&self.fds());
+        self.serve(None);
     }
 }
 
 /// The launcher's loop; returns when the daemon's end of the channel is closed.
-fn requests(sock: &UnixStream, exec: &Exec, cleanup: &mut bool) {
+fn requests(sock: &UnixStream, exec: &Exec, cleanup: &mut bool, served: Option<libc::pid_t>) {
     // Launched children not reaped yet.
     let mut children: Vec<libc::pid_t> = Vec::new();
     loop {
@@ -283,9 +324,10 @@ fn requests(sock: &UnixStream, exec: &Exec, cleanup: &mut bool) {
                 private_connection().map(|(s, l)| (0, vec![OwnedFd::from(s), OwnedFd::from(l)]))
             }
             LAUNCH => UnixStream::pair().and_then(|(ours, theirs)| {
+                let ns = served.map(mount_namespace).transpose()?;
                 let pid = spawn(exec, &OwnedFd::from(theirs), sock.as_raw_fd())?;
                 children.push(pid);
-                Ok((pid, vec![OwnedFd::from(ours)]))
+                Ok((pid, [OwnedFd::from(ours)].into_iter().chain(ns).collect()))
             }),
             KILL if children.contains(&(a as libc::pid_t)) => {
                 // SAFETY: kill with integer arguments, to a child of ours not reaped yet.
@@ -315,6 +357,11 @@ fn requests(sock: &UnixStream, exec: &Exec, cleanup: &mut bool) {
             return;
         }
     }
+}
+
+/// The mount namespace process `pid` is in.
+fn mount_namespace(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    std::fs::File::open(format!("/proc/{pid}/ns/mnt")).map(OwnedFd::from)
 }
 
 /// A listening socket with one connection pending, and that connection: bound in a fresh
