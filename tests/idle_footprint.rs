@@ -86,11 +86,12 @@ fn vhostfs(queues: usize) -> (Footprint, String) {
     )
 }
 
-fn virtiofsd() -> (Footprint, String) {
+/// virtiofsd with `--sandbox=SANDBOX`.
+fn virtiofsd(sandbox: &str) -> (Footprint, String) {
+    let arg = format!("--sandbox={sandbox}");
     idle_after_work(
         |sock, share| {
-            spawn_virtiofsd(sock, share, &["--sandbox=namespace"])
-                .expect("virtiofsd 1.14 (.ci/setup installs it)")
+            spawn_virtiofsd(sock, share, &[&arg]).expect("virtiofsd 1.14 (.ci/setup installs it)")
         },
         1,
     )
@@ -108,8 +109,11 @@ fn explain(d: &Daemon) -> String {
 /// guest has its fds open (some not close-on-exec) would inherit them.
 #[test]
 fn idle_vhostfs_holds_no_more_than_idle_virtiofsd() {
-    let (reference, theirs) = virtiofsd();
+    let (reference, theirs) = virtiofsd("namespace");
     eprintln!("virtiofsd --sandbox=namespace idle:\n{theirs}");
+    // For the record (docs/benchmarks.md's idle table): virtiofsd unconfined.
+    let (unconfined, _) = virtiofsd("none");
+    eprintln!("idle after work, 1 queue: virtiofsd --sandbox=none: {unconfined}");
     let (ours, explained) = vhostfs(1);
     eprintln!(
         "idle after work, 1 queue: virtiofsd --sandbox=namespace: {reference}; vhostfs: {ours}"

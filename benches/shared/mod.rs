@@ -43,6 +43,17 @@ impl DaemonCmd {
 
     /// Start it on `share`; its stderr goes to `log`.
     pub fn spawn(&self, socket: &Path, share: &Path, log: &Path) -> Result<Daemon, String> {
+        self.spawn_polling(socket, share, log, Duration::from_millis(10))
+    }
+
+    /// [`DaemonCmd::spawn`], looking for the listening socket every `every`.
+    pub fn spawn_polling(
+        &self,
+        socket: &Path,
+        share: &Path,
+        log: &Path,
+        every: Duration,
+    ) -> Result<Daemon, String> {
         let log = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
@@ -50,7 +61,7 @@ impl DaemonCmd {
             .arg(format!("--shared-dir={}", share.display()))
             .stdout(Stdio::null())
             .stderr(log);
-        Daemon::spawn(&mut cmd, socket).map_err(|e| e.to_string())
+        Daemon::spawn_polling(&mut cmd, socket, every).map_err(|e| e.to_string())
     }
 }
 

@@ -19,6 +19,11 @@ impl Daemon {
     /// listening (virtiofsd's socket file exists a moment before it listens, and a connect in
     /// that window is refused); fails if the process exits first.
     pub fn spawn(cmd: &mut Command, socket: &Path) -> io::Result<Daemon> {
+        Daemon::spawn_polling(cmd, socket, Duration::from_millis(10))
+    }
+
+    /// [`Daemon::spawn`], looking for the listening socket every `every`.
+    pub fn spawn_polling(cmd: &mut Command, socket: &Path, every: Duration) -> io::Result<Daemon> {
         let child = cmd
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("spawn {:?}: {e}", cmd.get_program())))?;
@@ -41,7 +46,7 @@ impl Daemon {
                     ),
                 ));
             }
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(every);
         }
         Ok(daemon)
     }
