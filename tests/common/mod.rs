@@ -11,6 +11,7 @@ pub mod footprint;
 pub mod frontend;
 pub mod fuse_abi;
 pub mod fuse_client;
+pub mod gluster;
 pub mod guest_memory;
 pub mod hold;
 pub mod mount;
