@@ -114,6 +114,11 @@ impl OnDemand {
         Ok(true)
     }
 
+    /// Whether [`OnDemand::stop`] was called: a job that waits for work of its own ends.
+    pub fn is_stopped(&self) -> bool {
+        lock(&self.state).stopped
+    }
+
     /// Whether a thread exists right now.
     pub fn is_running(&self) -> bool {
         lock(&self.state).running

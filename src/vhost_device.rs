@@ -8,10 +8,10 @@
 //! wakes `q`'s own queue thread, an [`OnDemand`] thread started by the queue's first kick and
 //! ended after [`QUEUE_LINGER`] without one; that thread pops a chain, hands it to the
 //! [`FuseServer`], puts the reply length in the used ring and notifies the guest (with
-//! EVENT_IDX, only when the guest asked to be notified), until the ring is empty. The hand-over
-//! costs a thread wake-up per kick only: while a queue thread drains and lingers, the guest
-//! does not kick (EVENT_IDX). With `--thread-pool-size N`, pool threads join a queue thread
-//! whose queue has a backlog and drain it alongside.
+//! EVENT_IDX, only when the guest asked to be notified), until the ring is empty. While it
+//! exists, the thread takes its queue's kick out of the worker's epoll and waits on it itself
+//! ([`kick`]): one wake-up per kick, as with a worker of its own. With `--thread-pool-size N`,
+//! pool threads join a queue thread whose queue has a backlog and drain it alongside.
 //!
 //! Locks: the vring's own lock is taken only to add the last request's used entry and pop the
 //! next chain (both under one acquisition), never while a request runs, so the frontend thread
@@ -54,6 +54,7 @@ mod device_fds;
 mod device_state;
 mod dirty_log;
 mod drain;
+mod kick;
 mod linger;
 mod memory;
 mod pause;
@@ -135,6 +136,8 @@ struct Inner {
     paused: AtomicBool,
     /// Which threads drain a queue, and whether one lingers after its drain.
     lingering: linger::Lingering,
+    /// The worker whose epoll watches the kicks no queue thread holds ([`kick`]).
+    worker: OnceLock<std::sync::Weak<kick::Worker>>,
 }
 
 impl VhostFsBackend {
@@ -182,6 +185,7 @@ impl VhostFsBackend {
             transfer: Mutex::new(None),
             paused: AtomicBool::new(false),
             lingering: linger::Lingering::default(),
+            worker: OnceLock::new(),
         });
         let weak = Arc::downgrade(&inner);
         inner.watch.start(move |queue| {
@@ -220,16 +224,19 @@ impl VhostFsBackend {
         crate::sync::read(&self.inner.mem).clone()
     }
 
-    /// Request queue `queue`'s thread: each wake drains the queue. It holds the backend only
-    /// while it drains, so a finished connection's backend is not kept alive by it.
+    /// Request queue `queue`'s thread: a wake drains the queue, and the thread goes on serving
+    /// at each kick, which it watches itself ([`kick`]), until [`QUEUE_LINGER`] without one.
+    /// It holds the backend only while it runs, so a finished connection's backend is not kept
+    /// alive by it.
     fn queue_thread(&self, queue: usize) -> Arc<OnDemand> {
         let weak = Arc::downgrade(&self.inner);
         OnDemand::with_end(
             format!("vhostfs-queue-{queue}"),
-            QUEUE_LINGER,
+            // The job lingers on the kick itself.
+            std::time::Duration::ZERO,
             move || {
                 if let Some(inner) = weak.upgrade() {
-                    let _ = VhostFsBackend { inner }.serve_queue(queue);
+                    VhostFsBackend { inner }.serve_kicked(queue);
                 }
             },
             give_back_free_memory,
@@ -372,13 +379,21 @@ impl VhostUserBackend for VhostFsBackend {
         if evset != EventSet::IN {
             return Err(io::Error::other(format!("unexpected event set {evset:?}")));
         }
-        // The one worker has every queue: the event is the queue's index.
-        let queue = device_event as usize;
+        // The one worker has every queue: the event is the queue's index, or a kick a queue
+        // thread gave back ([`kick`]), which vhost-user-backend has not read.
+        let given_back = u64::from(device_event) >= kick::KICK_BASE;
+        let queue = match given_back {
+            true => (u64::from(device_event) - kick::KICK_BASE) as usize,
+            false => device_event as usize,
+        };
         let (Some(vring), 0) = (vrings.get(queue), thread) else {
             return Err(io::Error::other(format!(
                 "unexpected queue event {device_event} on worker {thread}"
             )));
         };
+        if given_back && !vhost_user_backend::VringT::read_kick(vring)? {
+            return Ok(());
+        }
         self.saw_vrings(vrings);
         self.inner.vrings[queue].get_or_init(|| {
             vring.attach(&self.inner.gauges, queue);

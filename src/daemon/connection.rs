@@ -62,6 +62,10 @@ pub(super) fn serve_connection(
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon = VhostUserDaemon::new("vhostfs".into(), backend.clone(), mem)
         .map_err(|e| format!("vhost-user: {e}"))?;
+    // One worker for every queue (`VhostFsBackend::queues_per_thread`).
+    if let Some(worker) = daemon.get_epoll_handlers().first() {
+        backend.watch_kicks_in(worker);
+    }
     let relay = upgrade::serve(
         with.upgrader,
         &mut daemon,

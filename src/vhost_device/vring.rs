@@ -247,12 +247,21 @@ impl VringT<Mem> for Vring {
         }
     }
 
+    /// The kick is made non-blocking: the worker and the queue's thread may both read it
+    /// (`kick`).
     fn set_kick(&self, file: Option<File>) {
+        if let Some(Err(e)) = file.as_ref().map(super::kick::non_blocking) {
+            log::warn!("a kick eventfd stays blocking: {e}");
+        }
         self.ring.set_kick(file)
     }
 
+    /// A kick whose count another reader took (the queue's thread) reads as a kick.
     fn read_kick(&self) -> io::Result<bool> {
-        self.ring.read_kick()
+        match self.ring.read_kick() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(self.ring.get_ref().is_enabled()),
+            done => done,
+        }
     }
 
     fn set_call(&self, file: Option<File>) {
