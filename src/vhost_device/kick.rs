@@ -110,9 +110,10 @@ impl VhostFsBackend {
     }
 
     fn queue_thread_stopped(&self, queue: usize) -> bool {
-        self.inner.queue_threads[queue]
-            .get()
-            .is_none_or(|t| t.is_stopped())
+        match self.inner.queue_threads[queue].get() {
+            Some(t) => t.is_stopped(),
+            None => true,
+        }
     }
 
     /// Takes queue `queue`'s kick out of the worker's epoll: a duplicate to wait on and the
