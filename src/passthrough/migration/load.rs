@@ -14,7 +14,7 @@ use super::records::{
     LOC_HANDLE, LOC_INVALID, LOC_KEYED, LOC_PATH, TAG,
 };
 use crate::passthrough::filesystem::PassthroughFs;
-use crate::passthrough::state::file_handle::FileHandle;
+use crate::passthrough::state::file_handle::{handles_are_stable, FileHandle};
 use crate::passthrough::state::handle_table::OpenFile;
 use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
 use crate::passthrough::state::inode_table::{Inode, ROOT_ID};
@@ -173,10 +173,14 @@ impl PassthroughFs {
         let on_error = self.cfg.migration.on_error;
         let root = self.inodes.get(ROOT_ID)?;
         let root_fd = self.path_fd(&root)?;
-        let share_differs = source_root.is_some_and(|(t, b)| {
-            sys::handle::name_to_handle_at(root_fd.as_fd(), c"")
-                .map_or(true, |here| here.handle_type != t || here.bytes != b)
-        });
+        // A share on FUSE is not compared (its root's handle differs between mounts: an older
+        // source sends it anyway).
+        let comparable = handles_are_stable(sys::fs_magic(root_fd.as_fd()));
+        let share_differs = comparable
+            && source_root.is_some_and(|(t, b)| {
+                sys::handle::name_to_handle_at(root_fd.as_fd(), c"")
+                    .map_or(true, |here| here.handle_type != t || here.bytes != b)
+            });
         if share_differs && on_error == OnError::Abort && !records.is_empty() {
             return Err(io::Error::other(
                 "the share is not the source's (their root directories' file handles differ) \
@@ -370,6 +374,10 @@ impl PassthroughFs {
                 bytes,
             } => {
                 let mount = mount_fds[*mount as usize].as_ref().map_err(Clone::clone)?;
+                // A FUSE handle names the source host's node ID: here it may open another file.
+                if !handles_are_stable(sys::fs_magic(mount.as_fd())) {
+                    return Err("a file handle on a FUSE filesystem: not opened".into());
+                }
                 sys::handle::open_by_handle_at(mount.as_fd(), *handle_type, bytes, libc::O_PATH)
                     .map_err(|e| format!("cannot open its file handle: {e}"))?
             }

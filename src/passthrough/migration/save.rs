@@ -14,6 +14,7 @@ use super::records::{
     LOC_KEYED, LOC_PATH, TAG,
 };
 use crate::passthrough::filesystem::PassthroughFs;
+use crate::passthrough::state::file_handle::handles_are_stable;
 use crate::passthrough::state::host_inode::{InodeKey, InodeSource};
 use crate::passthrough::state::inode_table::{Inode, InodeFd, ROOT_ID};
 use crate::passthrough::sys;
@@ -59,7 +60,15 @@ impl PassthroughFs {
         // An in-place upgrade's mounts: source mount ID → index in `mount_fds`.
         let (mut mount_index, mut mount_fds) = (HashMap::new(), Vec::new());
         for (inode, lookups) in &held {
-            let location = match (fds.as_deref_mut(), mode) {
+            // An inode on a filesystem whose handles do not keep naming it (FUSE: the handle
+            // names this host's node ID) is found by its path in `file-handles` mode too.
+            // (`--migration-verify-handles` does not send such a handle to check either.)
+            let stable = self.handles_stable(inode);
+            let inode_mode = match mode {
+                MigrationMode::FileHandles if !stable => MigrationMode::FindPaths,
+                m => m,
+            };
+            let location = match (fds.as_deref_mut(), inode_mode) {
                 (Some(fds), _) => self
                     .keyed_location(inode, fds, &mut mount_index, &mut mount_fds)
                     .unwrap_or_else(|| match self.handed_fd(inode) {
@@ -84,11 +93,13 @@ impl PassthroughFs {
                 }
             };
             let by_path = matches!(location, Location::Path(_) | Location::Invalid(_));
-            let check =
-                (by_path && mode == MigrationMode::FindPaths && self.cfg.migration.verify_handles)
-                    .then(|| self.handle_of(inode).ok())
-                    .flatten()
-                    .map(|(t, b, _)| (t, b));
+            let check = (by_path
+                && stable
+                && mode == MigrationMode::FindPaths
+                && self.cfg.migration.verify_handles)
+                .then(|| self.handle_of(inode).ok())
+                .flatten()
+                .map(|(t, b, _)| (t, b));
             records.push(InodeRecord {
                 nodeid: inode.nodeid,
                 lookups: *lookups,
@@ -139,7 +150,8 @@ impl PassthroughFs {
         }
         let by_handle = mode == MigrationMode::FileHandles || self.cfg.migration.verify_handles;
         let section = Section {
-            root: by_handle
+            // Not on FUSE: the other host's mount gives its root another handle.
+            root: (by_handle && handles_are_stable(sys::fs_magic(root_fd.as_fd())))
                 .then(|| sys::handle::name_to_handle_at(root_fd.as_fd(), c"").ok())
                 .flatten()
                 .map(|h| (h.handle_type, h.bytes)),
@@ -251,6 +263,15 @@ impl PassthroughFs {
                 Err(e) => Err(format!("no file handle: {e}")),
             },
             InodeSource::Invalid => Err("lost in an earlier migration".into()),
+        }
+    }
+
+    /// Whether `inode`'s file handle names it on another host too: not on FUSE (see
+    /// [`handles_are_stable`]). Inodes reached by handles are on filesystems checked at lookup.
+    fn handles_stable(&self, inode: &Inode) -> bool {
+        match &inode.source {
+            InodeSource::Fd(p) => handles_are_stable(sys::fs_magic(p.fd.as_fd())),
+            InodeSource::Handle(_) | InodeSource::Invalid => true,
         }
     }
 
