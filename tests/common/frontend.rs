@@ -16,6 +16,7 @@ use super::virtqueue::{Completion, RawDesc, VirtQueue};
 
 mod migration;
 mod pipelines;
+mod shared_waits;
 pub use migration::SavedState;
 pub use pipelines::Pipelined;
 
@@ -49,6 +50,11 @@ pub struct GuestOptions {
     pub spin: Duration,
     /// How long to retry connecting while the socket does not exist or refuses connections.
     pub connect_timeout: Duration,
+    /// Threads sharing a request queue each keep a request in flight: [`TestGuest::roundtrip`]
+    /// holds the queue's lock only to add a chain and to collect completions, not while it
+    /// waits (as WinFsp's dispatcher threads do on the Windows service's one queue). Default
+    /// false: threads sharing a queue take turns, one request at a time.
+    pub shared_waits: bool,
 }
 
 impl GuestOptions {
@@ -61,6 +67,7 @@ impl GuestOptions {
             indirect_desc: true,
             spin: Duration::ZERO,
             connect_timeout: Duration::from_secs(5),
+            shared_waits: false,
         }
     }
 }
@@ -69,7 +76,8 @@ impl GuestOptions {
 ///
 /// Every method takes `&self`; each queue has its own lock, held for a whole
 /// [`roundtrip`](TestGuest::roundtrip) or [`pipeline`](TestGuest::pipeline), so threads using
-/// different queues run in parallel and threads sharing a queue take turns.
+/// different queues run in parallel and threads sharing a queue take turns (unless
+/// [`GuestOptions::shared_waits`]).
 pub struct TestGuest {
     frontend: Mutex<Frontend>,
     mem: Arc<GuestMemory>,
@@ -352,6 +360,9 @@ impl TestGuest {
     /// device-readable (fuse_in_header + body), `reply_len` the device-writable space (0: none).
     /// Returns the bytes the device wrote (the used length); times out after ~10 s.
     pub fn roundtrip(&self, q: usize, request: &[u8], reply_len: usize) -> io::Result<Vec<u8>> {
+        if self.opts.shared_waits {
+            return self.shared_roundtrip(q, request, reply_len);
+        }
         let vq = self.request_queue(q)?;
         self.submit_and_wait(vq, request, reply_len)
     }

@@ -2,10 +2,12 @@
 //! used ring; chains are added, published, kicked through an eventfd, and completions are
 //! collected from the used ring, sleeping on the call eventfd. EVENT_IDX-aware.
 
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, AtomicU16, Ordering};
 use std::sync::Arc;
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -75,6 +77,21 @@ struct Inflight {
     abandoned: bool,
 }
 
+/// What threads sharing a queue, each waiting for its own chain, hand each other
+/// (`GuestOptions::shared_waits`): completions one collected for another, who sleeps, who polls.
+#[derive(Default)]
+pub struct Handoff {
+    /// Completions collected by one thread for another's chain, by token (heads are reused as
+    /// soon as a chain is collected).
+    pub done: HashMap<u64, Completion>,
+    /// Threads asleep until the chain with this token completes (or they are to poll).
+    pub asleep: HashMap<u64, Thread>,
+    /// A thread waits on the call eventfd for everyone.
+    pub polling: bool,
+    /// The token of the next chain.
+    pub next_token: u64,
+}
+
 /// The driver side of one split virtqueue.
 pub struct VirtQueue {
     mem: Arc<GuestMemory>,
@@ -95,6 +112,7 @@ pub struct VirtQueue {
     published_idx: u16,
     last_used: u16,
     inflight: Vec<Option<Inflight>>,
+    pub handoff: Handoff,
 }
 
 fn align(x: u64, a: u64) -> u64 {
@@ -140,6 +158,7 @@ impl VirtQueue {
             published_idx: 0,
             last_used: 0,
             inflight: (0..size).map(|_| None).collect(),
+            handoff: Handoff::default(),
         })
     }
 
@@ -296,18 +315,24 @@ impl VirtQueue {
         }
     }
 
+    /// Ask the device to notify the next completion (EVENT_IDX); true if one is already there,
+    /// false if it is safe to sleep on the call eventfd.
+    pub fn arm(&mut self) -> bool {
+        if self.event_idx {
+            self.u16_at(self.avail + 4 + 2 * u64::from(self.size))
+                .store(self.last_used, Ordering::Release);
+        }
+        fence(Ordering::SeqCst);
+        self.used_idx() != self.last_used
+    }
+
     /// Wait for the next completion until `deadline`; `Ok(None)` on timeout.
     pub fn wait_used(&mut self, deadline: Instant) -> io::Result<Option<Completion>> {
         loop {
             if let Some(c) = self.pop_used()? {
                 return Ok(Some(c));
             }
-            if self.event_idx {
-                self.u16_at(self.avail + 4 + 2 * u64::from(self.size))
-                    .store(self.last_used, Ordering::Release);
-            }
-            fence(Ordering::SeqCst);
-            if self.used_idx() != self.last_used {
+            if self.arm() {
                 continue;
             }
             if !self.spin.is_zero() {

@@ -15,8 +15,9 @@
 //! MKDIR that returns a node ID still counted fails (L693, L738). Every reply is checked: an
 //! error is returned to the caller with the opcode, and every one seen is counted by opcode.
 //!
-//! Requests go one at a time per client; WinFsp's 4–16 dispatcher threads are several clients
-//! on one guest (each [`WindowsClient`] is cheap to clone onto another queue).
+//! Requests go one at a time per calling thread; WinFsp's 4–16 dispatcher threads are several
+//! threads sharing one client on a guest with `GuestOptions::shared_waits` (the service's one
+//! request queue), or clients on other queues ([`WindowsClient::on_queue`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -63,6 +64,8 @@ pub struct Opened {
 struct Counts {
     /// The service's `LookupMap`: lookups of each node it has not given back.
     lookups: HashMap<u64, u64>,
+    /// Replies by opcode (errors included).
+    replies: HashMap<u32, u64>,
     /// Error replies by opcode.
     errors: HashMap<u32, u64>,
 }
@@ -147,15 +150,16 @@ impl WindowsClient {
         self.counts.lock().unwrap().errors.clone()
     }
 
+    /// Replies seen, by opcode (errors included; INIT, STATFS and FORGET left out).
+    pub fn replies(&self) -> HashMap<u32, u64> {
+        self.counts.lock().unwrap().replies.clone()
+    }
+
     fn check<T>(&self, opcode: u32, r: Result<T, i32>) -> R<T> {
+        let mut counts = self.counts.lock().unwrap();
+        *counts.replies.entry(opcode).or_default() += 1;
         r.map_err(|errno| {
-            *self
-                .counts
-                .lock()
-                .unwrap()
-                .errors
-                .entry(opcode)
-                .or_default() += 1;
+            *counts.errors.entry(opcode).or_default() += 1;
             Failed { opcode, errno }
         })
     }
@@ -318,14 +322,20 @@ impl WindowsClient {
         Ok(all)
     }
 
+    /// One READ of `size` bytes (at most `max_pages` × 4 KiB, the service's chunk) at `offset`
+    /// of an open file.
+    pub fn read(&self, o: &Opened, offset: u64, size: u32) -> R<Vec<u8>> {
+        let size = size.min(self.max_pages * 4096);
+        self.check(FUSE_READ, self.c.read(o.nodeid, o.fh, offset, size))
+    }
+
     /// Open + read a whole file: READs of `max_pages` × 4 KiB until a short one.
     pub fn read_file(&self, path: &str) -> R<Vec<u8>> {
         let o = self.open(path, libc::O_RDONLY as u32)?;
         let chunk = self.max_pages * 4096;
         let mut data = Vec::new();
         loop {
-            let r = self.c.read(o.nodeid, o.fh, data.len() as u64, chunk);
-            let r = self.check(FUSE_READ, r)?;
+            let r = self.read(&o, data.len() as u64, chunk)?;
             let n = r.len();
             data.extend_from_slice(&r);
             if n < chunk as usize {

@@ -110,6 +110,62 @@ impl TestGuest {
         })
     }
 
+    /// Requests of `slots` senders that each keep one request in flight on request queue `q`,
+    /// driven from this thread (the WinFsp dispatcher threads of a Windows guest, without a
+    /// thread switch per request): `next(slot, reply)` returns the slot's next request
+    /// `(request bytes, reply_len)` given the reply bytes of its previous one (`None` at the
+    /// start), or `None` when the slot is done. Completions are collected as they come and the
+    /// next requests published with one kick per batch. Returns when every slot is done; fails
+    /// with `TimedOut` if no completion arrives for ~10 s.
+    pub fn drive(
+        &self,
+        q: usize,
+        slots: usize,
+        mut next: impl FnMut(usize, Option<Vec<u8>>) -> Option<(Vec<u8>, usize)>,
+    ) -> io::Result<()> {
+        let mut vq = self.request_queue(q)?;
+        let mut reply_lens = vec![0; slots];
+        let mut heads: Vec<Option<u16>> = vec![None; slots];
+        let mut ready: Vec<(usize, (Vec<u8>, usize))> = (0..slots)
+            .filter_map(|s| next(s, None).map(|r| (s, r)))
+            .collect();
+        loop {
+            for (s, (request, reply_len)) in ready.drain(..) {
+                let (chain, bufs) = self.request_buffers(&request, reply_len)?;
+                let head = vq.add_buffers(&chain, s as u64, bufs).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::WouldBlock, "no free descriptors in queue")
+                })?;
+                reply_lens[s] = reply_len;
+                heads[s] = Some(head);
+            }
+            if heads.iter().all(Option::is_none) {
+                return Ok(());
+            }
+            vq.publish()?;
+            let Some(mut c) = vq.wait_used(Instant::now() + REPLY_TIMEOUT)? else {
+                for head in heads.into_iter().flatten() {
+                    vq.abandon(head);
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("drive: no completion within {REPLY_TIMEOUT:?}"),
+                ));
+            };
+            loop {
+                let s = c.token as usize;
+                heads[s] = None;
+                let reply = reply_bytes(&c, reply_lens[s], usize::MAX)?;
+                if let Some(r) = next(s, Some(reply)) {
+                    ready.push((s, r));
+                }
+                match vq.pop_used()? {
+                    Some(more) => c = more,
+                    None => break,
+                }
+            }
+        }
+    }
+
     /// All of `requests` published on request queue `q` with one kick, then collected by polling
     /// the used ring (never reading the call eventfd meanwhile). With EVENT_IDX the guest asks
     /// to be notified of the last completion only. Returns the replies in request
