@@ -1,13 +1,17 @@
-//! The million-file walk (issue 14 item 1): a test guest that does what a Windows guest does to a
-//! share — READDIRPLUS, then per entry LOOKUP, OPEN, GETATTR (fh), READ 4 KiB, RELEASE, never
-//! FORGET — over one directory of N files and a tree of √N directories × √N files, against
-//! vhostfs and virtiofsd in each `--inode-file-handles` mode, alternating.
+//! The million-file walks, against vhostfs and virtiofsd in each `--inode-file-handles` mode,
+//! alternating:
+//! - `plain` (issue 14 item 1): a test guest that does what a Windows guest does to a share —
+//!   READDIRPLUS, then per entry LOOKUP, OPEN, GETATTR (fh), READ 4 KiB, RELEASE, never FORGET —
+//!   over one directory of N files and a tree of √N directories × √N files;
+//! - `windows` (issue 34 item 5, `million_files/windows.rs`): the virtio-win service's own
+//!   requests (`tests/common/windows_client.rs`), `dir /s` then open + read of every file of
+//!   √N directories × √N files, from `--threads` threads on one queue; not in `never` mode.
 //!
-//! `cargo bench --bench million_files -- [--files N | --quick] [--never-files K] [--rounds R]
-//!  [--modes prefer,mandatory,never] [--scratch DIR] [--daemon-a CMD] [--daemon-b CMD]
-//!  [--markdown FILE]`
+//! `cargo bench --bench million_files -- [--files N | --quick] [--walks plain,windows]
+//!  [--never-files K] [--rounds R] [--modes prefer,mandatory,never] [--threads T]
+//!  [--scratch DIR] [--daemon-a CMD] [--daemon-b CMD] [--markdown FILE]`
 //!
-//! The share is created once on the host disk and reused by every run (the walk only reads).
+//! Each walk's share is created once on the host disk and reused by its runs (walks only read).
 //! Per run: wall time, daemon CPU (utime + stime of the daemon's processes and their threads,
 //! /proc/PID/stat), RSS growth per inode held, peak fd count (sampled) and fd count after 2 s
 //! idle. `never` mode holds an O_PATH fd per inode, so it walks only the first K entries of each
@@ -22,7 +26,12 @@ mod report;
 mod shared;
 #[path = "million_files/walk.rs"]
 mod walk;
+#[path = "million_files/win_read.rs"]
+mod win_read;
+#[path = "million_files/windows.rs"]
+mod windows;
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -36,23 +45,38 @@ use shared::DaemonCmd;
 use walk::Layout;
 
 /// Descriptors per virtqueue (QEMU's vhost-user-fs `queue-size=1024`).
-const QUEUE_SIZE: u16 = 1024;
+pub const QUEUE_SIZE: u16 = 1024;
 /// Guest memory.
-const GUEST_MEM: usize = 64 << 20;
+pub const GUEST_MEM: usize = 64 << 20;
 /// How long the daemon idles before the second fd count.
-const IDLE: Duration = Duration::from_secs(2);
+pub const IDLE: Duration = Duration::from_secs(2);
 /// Between fd-count samples during the walk.
-const SAMPLE: Duration = Duration::from_millis(500);
+pub const SAMPLE: Duration = Duration::from_millis(500);
+
+/// The walks.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Walk {
+    Plain,
+    Windows,
+}
 
 #[derive(Parser)]
 #[command(about = "the million-file walk of a Windows guest, over the in-process test guest")]
 pub struct Args {
-    /// Files in the flat directory, and about as many in the tree.
+    /// Files in the flat directory, and about as many in the tree (and the windows share).
     #[arg(long, default_value_t = 1_000_000)]
     files: usize,
     /// CI size: --files 100000.
     #[arg(long)]
     quick: bool,
+    /// Walks to run.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "plain,windows"
+    )]
+    walks: Vec<Walk>,
     /// Entries walked per part in `never` mode (an O_PATH fd each; RLIMIT_NOFILE bounds it).
     #[arg(long, default_value_t = 5_000)]
     never_files: usize,
@@ -67,9 +91,12 @@ pub struct Args {
     /// Rounds (each daemon once per round and mode, alternating).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
-    /// Requests in flight per step of a READDIRPLUS page.
+    /// Requests in flight per step of a READDIRPLUS page (plain walk).
     #[arg(long, default_value_t = 16)]
     depth: usize,
+    /// WinFsp dispatcher threads, a request in flight each (windows walk; the service runs 4–16).
+    #[arg(long, default_value_t = 16)]
+    threads: usize,
     /// Where the share is created (a host disk: a million files do not belong in RAM).
     #[arg(long, default_value = "/var/tmp")]
     scratch: PathBuf,
@@ -199,6 +226,31 @@ fn run(args: &Args) -> Result<bool, String> {
         }
     };
     let daemons = [a, b];
+    let mut out = report::preamble(&daemons);
+    let mut failed = false;
+    if args.walks.contains(&Walk::Plain) {
+        let (report, errors) = plain(args, &daemons)?;
+        out.push('\n');
+        out.push_str(&report);
+        failed |= !errors.is_empty();
+    }
+    if args.walks.contains(&Walk::Windows) {
+        let (report, errors) = windows::run(args, &daemons)?;
+        out.push('\n');
+        out.push_str(&report);
+        failed |= !errors.is_empty();
+    }
+    writeln!(out, "\nIn total {:.0} s.", started.elapsed().as_secs_f64()).unwrap();
+    println!("{out}");
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, &out).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(!failed)
+}
+
+/// The plain walks: the markdown report and the failed runs.
+fn plain(args: &Args, daemons: &[DaemonCmd; 2]) -> Result<(String, Vec<String>), String> {
+    let started = Instant::now();
     let l = Layout::new(args.files);
     let share =
         TempDir::new_in(&args.scratch, "vhostfs-million-share").map_err(|e| e.to_string())?;
@@ -255,16 +307,12 @@ fn run(args: &Args) -> Result<bool, String> {
     drop(share);
     let out = report::render(
         args,
-        &daemons,
+        daemons,
         l,
         created,
         &results,
         &errors,
         started.elapsed(),
     );
-    println!("{out}");
-    if let Some(path) = &args.markdown {
-        std::fs::write(path, &out).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(errors.is_empty())
+    Ok((out, errors))
 }

@@ -45,17 +45,17 @@ impl Layout {
     }
 }
 
-fn file_name(i: usize) -> String {
+pub fn file_name(i: usize) -> String {
     format!("f{i:07}")
 }
 
-fn dir_name(d: usize) -> String {
+pub fn dir_name(d: usize) -> String {
     format!("d{d:04}")
 }
 
 /// The content of file `name` in directory `dir`: unique per file, so that a READ answered from
 /// the wrong file shows.
-fn content(dir: &str, name: &str) -> Vec<u8> {
+pub fn content(dir: &str, name: &str) -> Vec<u8> {
     format!("million_files {dir}/{name}\n").into_bytes()
 }
 
