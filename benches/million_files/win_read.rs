@@ -15,7 +15,7 @@ use crate::common::fuse_abi::*;
 use crate::common::fuse_client::from_bytes;
 use crate::common::windows_client::WindowsClient;
 use crate::common::{FuseClient, TestGuest};
-use crate::report::op_name;
+use crate::report::{by_opcode, op_name};
 use crate::walk::{content, dir_name, file_name, Layout};
 
 /// Reply header size.
@@ -199,7 +199,10 @@ pub fn read_all(
         Some((req, reply_len))
     });
     if let Some(e) = error {
-        return Err(e);
+        return Err(format!(
+            "{e}; error replies of open + read {}",
+            by_opcode(&t.errors)
+        ));
     }
     driven.map_err(|e| format!("open + read: {e}"))?;
     Ok(t)

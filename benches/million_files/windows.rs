@@ -307,7 +307,7 @@ fn run_once(
         })?
         .map_err(|e| {
             format!(
-                "{e}; error replies {}; daemon log: {}",
+                "{e}; error replies of dir /s and the links {}; daemon log: {}",
                 by_opcode(&w.errors()),
                 tail()
             )
