@@ -3,11 +3,24 @@
 //! Landlock rules are attached to inodes, not paths: the one rule allows every filesystem
 //! access right the kernel knows beneath the shared dir's inode, whichever mount it is reached
 //! through (the original mount held by the passthrough's fds, or the bind mount that
-//! `pivot_root` made the new root). Re-opening an inode through `/proc/self/fd/N` or
-//! `open_by_handle_at` is checked on the file reached, which is beneath the share; `O_PATH`
-//! opens are not restricted by Landlock. So nothing the daemon does is refused, while any open,
-//! create, remove, rename, link, truncate or device ioctl of a file outside the share is, even
-//! if a bug handed the daemon an fd or a file handle of one.
+//! `pivot_root` made the new root). Re-opening an inode through `/proc/self/fd/N` is checked on
+//! the file reached, which is beneath the share; `O_PATH` opens are not restricted by Landlock.
+//! So nothing the daemon does is refused, while any open, create, remove, rename, link,
+//! truncate or device ioctl of a file outside the share is, even if a bug handed the daemon an
+//! fd of one.
+//!
+//! Except opening files by handle: `open_by_handle_at` of a non-directory whose dentry the
+//! kernel has dropped since (memory pressure, `drop_caches`) gets a *disconnected* dentry, which
+//! no path leads to from the share. Kernel 6.18 counts it as at the root of its mount: under
+//! `--sandbox=none` and `chroot` (the share below that root) Landlock refused to open it for
+//! reading or writing (EACCES on every OPEN of a million-file walk after ~531,000 files, or of
+//! all 200 held files with `drop_caches` in a loop: `tests/landlock_handles.rs`); under
+//! `namespace` (the share is that root) it passes, and so would a handle of a file outside the
+//! share on the same filesystem. So the file rights never confined opens by handle, and a
+//! daemon that opens handles leaves them ([`AccessFs::from_file`]: read, write, truncate,
+//! execute, device ioctl) out of its ruleset; Landlock keeps restricting what is done to
+//! directories (list, create, remove, rename, link) to the share (directories opened by handle
+//! are always reconnected by the kernel); see docs/security.md.
 //!
 //! Invariants:
 //! - The shared dir is opened by [`Landlock::prepare`] before `pivot_root`/`chroot`, and the
@@ -45,11 +58,18 @@ const ABI_WANTED: ABI = ABI::V6;
 pub struct Landlock {
     mode: LandlockMode,
     share: Option<PathFd>,
+    /// The daemon opens files by handle: file rights are not restricted (see the module doc).
+    by_handle: bool,
 }
 
 impl Landlock {
-    /// Opens `shared_dir` for the rule (`None` rule with `--landlock=off`).
-    pub fn prepare(mode: LandlockMode, shared_dir: &Path) -> Result<Landlock, String> {
+    /// Opens `shared_dir` for the rule (`None` rule with `--landlock=off`); `by_handle`: the
+    /// daemon opens files by handle.
+    pub fn prepare(
+        mode: LandlockMode,
+        shared_dir: &Path,
+        by_handle: bool,
+    ) -> Result<Landlock, String> {
         let share = match mode {
             LandlockMode::Off => None,
             _ => Some(
@@ -57,7 +77,11 @@ impl Landlock {
                     .map_err(|e| format!("landlock: {}: {e}", shared_dir.display()))?,
             ),
         };
-        Ok(Landlock { mode, share })
+        Ok(Landlock {
+            mode,
+            share,
+            by_handle,
+        })
     }
 
     /// Restricts this thread (and threads it creates) to the shared dir; logs the outcome.
@@ -66,11 +90,14 @@ impl Landlock {
             log::info!("landlock: off");
             return Ok(());
         };
-        let all = AccessFs::from_all(ABI_WANTED);
+        let mut handled = AccessFs::from_all(ABI_WANTED);
+        if self.by_handle {
+            handled &= !AccessFs::from_file(ABI_WANTED);
+        }
         let status = Ruleset::default()
-            .handle_access(all)
+            .handle_access(handled)
             .and_then(|r| r.create())
-            .and_then(|r| r.add_rule(PathBeneath::new(share, all)))
+            .and_then(|r| r.add_rule(PathBeneath::new(share, handled)))
             .and_then(|r| r.restrict_self())
             .map_err(|e| format!("landlock: {e}"))?;
         match (status.ruleset, self.mode) {
@@ -85,6 +112,13 @@ impl Landlock {
             }
             (RulesetStatus::PartiallyEnforced, _) => {
                 log::info!("landlock: on (partially: the kernel knows fewer access rights)");
+                Ok(())
+            }
+            (RulesetStatus::FullyEnforced, _) if self.by_handle => {
+                log::info!(
+                    "landlock: on (directory access limited to the shared directory; file \
+                     reads and writes not restricted: files are opened by handle)"
+                );
                 Ok(())
             }
             (RulesetStatus::FullyEnforced, _) => {
@@ -123,7 +157,7 @@ mod tests {
         let base_dir = fs::File::open(&base).unwrap();
         let (share2, base2) = (share.clone(), base.clone());
         std::thread::spawn(move || {
-            Landlock::prepare(LandlockMode::On, &share2)
+            Landlock::prepare(LandlockMode::On, &share2, false)
                 .unwrap()
                 .enforce()
                 .unwrap();
@@ -143,6 +177,31 @@ mod tests {
                 io::Error::last_os_error().raw_os_error(),
                 Some(libc::EACCES)
             );
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// A daemon that opens files by handle: directories outside the share are still out of
+    /// reach (no file created, no directory made there).
+    #[test]
+    fn by_handle_keeps_directories_confined() {
+        let tmp = TempDir::new("vhostfs-landlock-handles").unwrap();
+        let base = tmp.path().to_path_buf();
+        let share = base.join("share");
+        fs::create_dir(&share).unwrap();
+        std::thread::spawn(move || {
+            Landlock::prepare(LandlockMode::On, &share, true)
+                .unwrap()
+                .enforce()
+                .unwrap();
+            fs::write(share.join("new"), b"x").unwrap();
+            fs::create_dir(share.join("dir")).unwrap();
+            let denied = |r: io::Result<()>| {
+                assert_eq!(r.err().and_then(|e| e.raw_os_error()), Some(libc::EACCES))
+            };
+            denied(fs::write(base.join("new"), b"x"));
+            denied(fs::create_dir(base.join("dir")));
         })
         .join()
         .unwrap();

@@ -335,7 +335,11 @@ impl Sandbox {
     /// no longer allows the set-up syscalls). Must be called while single-threaded: Landlock
     /// domains and capabilities are per thread.
     pub fn confine(&self, cfg: &SandboxConfig, file_handles: bool) -> Result<(), String> {
-        let landlock = Landlock::prepare(cfg.landlock, &self.shared_dir(&cfg.shared_dir))?;
+        let landlock = Landlock::prepare(
+            cfg.landlock,
+            &self.shared_dir(&cfg.shared_dir),
+            file_handles,
+        )?;
         if !self.joined {
             self.enter_root(&cfg.shared_dir)?;
         }
