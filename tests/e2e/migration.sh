@@ -13,13 +13,21 @@
 #                           renames victim.dat after the source saved its state and before the
 #                           destination loads it (the destination daemon is held with SIGSTOP
 #                           until then): only the victim's reads fail, with EIO
+#   migration-drop-caches   find-paths; the host's kernel forgets its inodes (drop_caches) after the
+#                           source saved its state and before the destination loads it
+# With --hosts A B (directories on two mounts of one shared filesystem, e.g. GlusterFS: two
+# "hosts"), each case's share is a directory under A for the source and the same directory under
+# B for the destination (and so on, alternating, with --hops); the rename of the KubeVirt case
+# is made through B. tests/e2e/gluster.sh runs it so.
 # Each passes when the guest's checks pass (no I/O error, every line of the written file exactly
 # once, the victim as expected), the host sees the same file, the file grew after the switch-over,
 # and both daemons exit with status 0. Downtime and total time (query-migrate) are printed.
 #
 #   tests/e2e/migration.sh [--summary-file FILE] [--cases "NAME..."] [--hops N] [--bench ROUNDS]
+#                          [--hosts A B] [--prefix NAME]
 #
-# --cases: a subset (names without "migration-"); --hops N: migrate N times per boot (ping-pong
+# --cases: a subset (names without "migration-"); --prefix: the cases' names start with NAME-
+# instead of migration-; --hops N: migrate N times per boot (ping-pong
 # onto a fresh destination each time; default 1); --bench ROUNDS: instead of the cases, ROUNDS
 # rounds alternating vhostfs ($VHOSTFS) and virtiofsd ($VIRTIOFSD, default: virtiofsd on PATH or
 # ~/.cargo/bin/virtiofsd; which goes first alternates), each a find-paths boot with --hops
@@ -37,13 +45,15 @@ repo=$(cd "$here/../.." && pwd)
 log() { echo "migration: $*"; }
 die() { log "$*" >&2; exit 2; }
 
-summary_file='' cases='find-paths file-handles kubevirt' hops='' bench=0
+summary_file='' cases='find-paths file-handles kubevirt' hops='' bench=0 host_a='' host_b='' prefix=migration
 while [ $# -gt 0 ]; do
   case "$1" in
     --summary-file) summary_file=$2; shift 2 ;;
     --cases) cases=$2; shift 2 ;;
     --hops) hops=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
+    --hosts) host_a=$2 host_b=$3; shift 3 ;;
+    --prefix) prefix=$2; shift 2 ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
   esac
 done
@@ -139,15 +149,20 @@ start_qemu() {
 }
 
 # migrate_case NAME EXPECT HOPS DAEMON ARGS...: one boot, HOPS migrations; appends to $summary,
-# and "NAME DAEMON downtime_ms total_ms" lines to $work/times.
+# and "NAME DAEMON downtime_ms total_ms" lines to $work/times. EXPECT: victim-ok, victim-eio (the
+# host renames the victim between save and load) or dropped (the host drops its caches then).
 migrate_case() {
   local name=$1 expect=$2 nhops=$3; shift 3
   local dir=$logroot/$name shared=$work/$name-shared t0 n=0 src_q src_d why='' info st lines_switch lines_end
-  local times=() caps='{"capabilities":[{"capability":"return-path","state":true}]}'
+  local times=() caps='{"capabilities":[{"capability":"return-path","state":true}]}' held=0
+  [ -z "$host_a" ] || shared=$host_a/$name
   mkdir -p "$dir" "$shared"
+  # share_of N: daemon N's shared dir (under A and B in turn with --hosts)
+  share_of() { if [ -n "$host_a" ] && [ $(($1 % 2)) = 1 ]; then echo "$host_b/$name"; else echo "$shared"; fi; }
+  [ "$expect" = victim-ok ] || held=1
   log "=== $name: $* (expect $expect, $nhops migration(s))"
   t0=$(now)
-  "$probe" --make "$expect" "$shared"
+  "$probe" --make "$([ "$expect" = victim-eio ] && echo victim-eio || echo victim-ok)" "$shared"
   start_daemon "$dir" 0 "$shared" "$@" || why="daemon 0 did not start"
   [ -n "$why" ] || start_qemu "$dir" 0 || why="QEMU 0 did not start"
   src_q=$qpid src_d=$dpid
@@ -157,7 +172,7 @@ migrate_case() {
   while [ -z "$why" ] && [ "$n" -lt "$nhops" ]; do
     n=$((n + 1))
     sleep 1  # let the guest's I/O run for a while on the source
-    start_daemon "$dir" "$n" "$shared" "$@" || { why="daemon $n did not start"; break; }
+    start_daemon "$dir" "$n" "$(share_of "$n")" "$@" || { why="daemon $n did not start"; break; }
     local dst_d=$dpid
     start_qemu "$dir" "$n" "unix:$dir/mig-$n.sock" || { why="QEMU $n did not start"; break; }
     local dst_q=$qpid
@@ -165,17 +180,22 @@ migrate_case() {
       || ! qmp "$dir/qmp-$((n - 1)).sock" run migrate-set-capabilities "$caps" >/dev/null; then
       why="migrate-set-capabilities failed"; break
     fi
-    [ "$expect" != victim-eio ] || kill -STOP "$dst_d"
+    [ "$held" = 0 ] || kill -STOP "$dst_d"
     if ! qmp "$dir/qmp-$((n - 1)).sock" run migrate "{\"uri\":\"unix:$dir/mig-$n.sock\"}" > "$dir/migrate-$n.out" 2>&1; then
-      [ "$expect" != victim-eio ] || kill -CONT "$dst_d"
+      [ "$held" = 0 ] || kill -CONT "$dst_d"
       why="migrate $n refused: $(cat "$dir/migrate-$n.out")"; break
     fi
-    if [ "$expect" = victim-eio ]; then
+    if [ "$held" = 1 ]; then
       # The source has stopped the guest and saves device states (its daemon's among them) while
-      # the destination, waiting on its held daemon, cannot load them yet: rename now.
+      # the destination, waiting on its held daemon, cannot load them yet: rename (through the
+      # destination's share) or drop the caches now.
       qmp "$dir/qmp-$((n - 1)).sock" wait device,completed,failed,cancelled 180 > /dev/null || true
       sleep 1
-      mv "$shared/victim.dat" "$shared/victim.renamed"
+      if [ "$expect" = victim-eio ]; then
+        mv "$(share_of "$n")/victim.dat" "$(share_of "$n")/victim.renamed"
+      else
+        echo 3 > /proc/sys/vm/drop_caches
+      fi
       kill -CONT "$dst_d"
     fi
     info=$(qmp "$dir/qmp-$((n - 1)).sock" wait completed,failed,cancelled 180 2>&1) || true
@@ -186,7 +206,9 @@ migrate_case() {
     fi
     times+=("downtime=$(field "$info" downtime)ms total=$(field "$info" total-time)ms")
     echo "$name $(basename "$1") $(field "$info" downtime) $(field "$info" total-time)" >> "$work/times"
-    lines_switch=$("$probe" --lines "$shared")
+    # (read through the destination's share: with --hosts, the source's mount may still
+    # cache the file as it was before the switch-over for its attribute timeout)
+    lines_switch=$("$probe" --lines "$(share_of "$n")")
     qmp "$dir/qmp-$((n - 1)).sock" run quit >/dev/null 2>&1 || true
     exit_status "$src_q" 20
     [ "$st" = 0 ] || { why="source QEMU $((n - 1)) after quit: status $st"; break; }
@@ -196,9 +218,9 @@ migrate_case() {
   done
   if [ -z "$why" ]; then
     sleep 2  # the guest goes on on the destination
-    lines_end=$("$probe" --lines "$shared")
+    lines_end=$("$probe" --lines "$(share_of "$n")")
     [ "$lines_end" -gt "$lines_switch" ] || why="written.log did not grow after the switch-over ($lines_switch lines)"
-    touch "$shared/stop"
+    touch "$(share_of "$n")/stop"
     exit_status "$src_q" 120
     [ -n "$why" ] || [ "$st" = 0 ] || why="the guest did not power off (QEMU $n: $st)"
     exit_status "$src_d" 10
@@ -208,7 +230,7 @@ migrate_case() {
   status_line=$(tr -d '\r' < "$dir/console-$n.log" | grep -o 'E2E-STATUS: .*' | tail -n1 || true)
   cat "$dir"/console-*.log | tr -d '\r' | grep -E '^(PASS|FAIL): ' || true
   if [ -z "$why" ] && [[ "$status_line" != "E2E-STATUS: PASS"* ]]; then why="guest: ${status_line:-no status line}"; fi
-  if [ -z "$why" ] && ! "$probe" --verify "$shared" > "$dir/host-verify.out"; then why="host: $(cat "$dir/host-verify.out")"; fi
+  if [ -z "$why" ] && ! "$probe" --verify "$(share_of "$n")" > "$dir/host-verify.out"; then why="host: $(cat "$dir/host-verify.out")"; fi
   if [ -z "$why" ] && grep -qE "panicked at|RUST_BACKTRACE" "$dir"/daemon-*.log; then why="panic in a daemon log"; fi
   for p in "${pids[@]}"; do stop_group "$p"; done
   pids=()
@@ -226,9 +248,10 @@ migrate_case() {
 if [ "$bench" = 0 ]; then
   for c in $cases; do
     case "$c" in
-      find-paths|file-handles) migrate_case "migration-$c" victim-ok "${hops:-1}" "$bin" "--migration-mode=$c" ;;
-      kubevirt) migrate_case migration-kubevirt victim-eio "${hops:-1}" "$bin" --sandbox=none \
+      find-paths|file-handles) migrate_case "$prefix-$c" victim-ok "${hops:-1}" "$bin" "--migration-mode=$c" ;;
+      kubevirt) migrate_case "$prefix-kubevirt" victim-eio "${hops:-1}" "$bin" --sandbox=none \
         --cache=auto --migration-on-error=guest-error --migration-mode=find-paths ;;
+      drop-caches) migrate_case "$prefix-drop-caches" dropped "${hops:-1}" "$bin" --migration-mode=find-paths ;;
       *) die "unknown case $c" ;;
     esac
   done

@@ -21,6 +21,7 @@
 #                   "submounts" for submounts.sh, "libvirt" for libvirt.sh: 3 boots, ~2 min,
 #                   "systemd-nspawn" for systemd.sh: systemd in a container, 2 boots, ~35 s;
 #                   "migration" for migration.sh: 3 boots, 6 QEMUs, ~65 s);
+#                   "gluster" for gluster.sh: a GlusterFS volume, 12 boots, ~5 min);
 #                   "upgrade" for upgrade.sh: in-place upgrades under fio, 1 boot, ~70 s;
 #                   "vng" for vng.sh: virtme-ng on the host's root, 4 boots, ~1.5 min).
 #   PJDFSTEST       the pjdfstest binary of the pjdfstest cases (default:
@@ -384,6 +385,10 @@ run_script libvirt libvirt.sh "libvirt 11 starts vhostfs (binary path, JSON disc
 # writes and reads open files: find-paths, file-handles, KubeVirt's line with a file renamed by the
 # host between save and load (1 boot per case, ~20 s each; vhostfs only).
 run_script migration migration.sh "live migration between two QEMUs (find-paths, file-handles, KubeVirt's line)"
+# A share on GlusterFS (issue 35): a volume started here, mounted twice (hosts A and B); the
+# wrong-file case in each cache mode, changes through B, mandatory's refusal, the fs test,
+# pjdfstest against virtiofsd 1.14 on the same volume, live migration from A to B (vhostfs only).
+run_script gluster gluster.sh "a share on GlusterFS: wrong-file case, host B's changes, pjdfstest vs virtiofsd, migration A to B"
 # systemd as PID 1 of a container (systemd-nspawn) drives vhostfs@share.socket/.service installed
 # by contrib/install.sh from this tree; QEMU connects through the socket; then `systemctl reload`
 # under a second guest (~35 s, 2 boots).
