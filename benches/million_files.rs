@@ -248,6 +248,42 @@ fn run(args: &Args) -> Result<bool, String> {
     Ok(!failed)
 }
 
+/// Per mode of `modes`, `--rounds` rounds of `run` on each daemon, which one goes first
+/// alternating by round: the runs per mode and daemon, and the failed runs (printed, labelled
+/// `label` and the daemon's command line). `run` gets the round, from 1.
+fn alternate<R>(
+    args: &Args,
+    modes: &[Mode],
+    daemons: &[DaemonCmd; 2],
+    label: &str,
+    mut run: impl FnMut(&DaemonCmd, Mode, usize) -> Result<R, String>,
+) -> (Vec<[Vec<R>; 2]>, Vec<String>) {
+    let mut results: Vec<[Vec<R>; 2]> = modes.iter().map(|_| [Vec::new(), Vec::new()]).collect();
+    let mut errors = Vec::new();
+    for (m, &mode) in modes.iter().enumerate() {
+        for round in 0..args.rounds.max(1) {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let d = &daemons[i];
+                match run(d, mode, round + 1) {
+                    Ok(r) => results[m][i].push(r),
+                    Err(e) => {
+                        let msg = format!(
+                            "{label}{} round {} `{}`: {e}",
+                            mode.name(),
+                            round + 1,
+                            d.command_line()
+                        );
+                        eprintln!("ERROR {msg}");
+                        errors.push(msg);
+                    }
+                }
+            }
+        }
+    }
+    (results, errors)
+}
+
 /// The plain walks: the markdown report and the failed runs.
 fn plain(args: &Args, daemons: &[DaemonCmd; 2]) -> Result<(String, Vec<String>), String> {
     let started = Instant::now();
@@ -266,44 +302,18 @@ fn plain(args: &Args, daemons: &[DaemonCmd; 2]) -> Result<(String, Vec<String>),
         shared::fs_type(&share),
         created.as_secs_f64()
     );
-    let mut results: Vec<Vec<Vec<Run>>> = vec![vec![Vec::new(); daemons.len()]; args.modes.len()];
-    let mut errors = Vec::new();
-    for (m, &mode) in args.modes.iter().enumerate() {
-        for round in 0..args.rounds.max(1) {
-            let order: Vec<usize> = if round % 2 == 0 {
-                vec![0, 1]
-            } else {
-                vec![1, 0]
-            };
-            for i in order {
-                let d = &daemons[i];
-                match run_once(d, mode, args, &share, l) {
-                    Ok(r) => {
-                        eprintln!(
-                            "{} {} round {}: {} files, {:.1} s, CPU {:.1} s",
-                            mode.name(),
-                            d.name(),
-                            round + 1,
-                            r.files,
-                            r.wall.as_secs_f64(),
-                            r.cpu.as_secs_f64()
-                        );
-                        results[m][i].push(r);
-                    }
-                    Err(e) => {
-                        let msg = format!(
-                            "{} round {} `{}`: {e}",
-                            mode.name(),
-                            round + 1,
-                            d.command_line()
-                        );
-                        eprintln!("ERROR {msg}");
-                        errors.push(msg);
-                    }
-                }
-            }
-        }
-    }
+    let (results, errors) = alternate(args, &args.modes, daemons, "", |d, mode, round| {
+        let r = run_once(d, mode, args, &share, l)?;
+        eprintln!(
+            "{} {} round {round}: {} files, {:.1} s, CPU {:.1} s",
+            mode.name(),
+            d.name(),
+            r.files,
+            r.wall.as_secs_f64(),
+            r.cpu.as_secs_f64()
+        );
+        Ok(r)
+    });
     drop(share);
     let out = report::render(
         args,

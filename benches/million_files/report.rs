@@ -128,7 +128,7 @@ pub fn render(
     daemons: &[DaemonCmd; 2],
     l: Layout,
     created: Duration,
-    results: &[Vec<Vec<Run>>],
+    results: &[[Vec<Run>; 2]],
     errors: &[String],
     total: Duration,
 ) -> String {

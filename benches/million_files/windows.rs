@@ -21,7 +21,7 @@ use crate::report::{self, by_opcode, op_name, Mode, Timed};
 use crate::shared::{self, DaemonCmd};
 use crate::walk::{content, dir_name, file_name, Layout};
 use crate::win_read::{self, Tally, READ_SIZE};
-use crate::{Args, GUEST_MEM, IDLE, QUEUE_SIZE, SAMPLE};
+use crate::{alternate, Args, GUEST_MEM, IDLE, QUEUE_SIZE, SAMPLE};
 
 /// Symlinks at the share root: to a directory (`dir /s` reads the link and walks its target;
 /// one file is read through each) and to a file (read and walked by `dir /s`).
@@ -366,48 +366,30 @@ pub fn run(args: &Args, daemons: &[DaemonCmd; 2]) -> Result<(String, Vec<String>
         .copied()
         .filter(|&m| m != Mode::Never)
         .collect();
-    let mut results: Vec<[Vec<WinRun>; 2]> = vec![Default::default(); modes.len()];
-    let mut errors = Vec::new();
+    let (results, mut errors) = alternate(args, &modes, daemons, "windows ", |d, mode, round| {
+        let r = run_once(d, mode, args, &share, l)?;
+        eprintln!(
+            "windows {} {} round {round}: {} files, dir /s {:.1} s + read {:.1} s, CPU {:.1} s, \
+             error replies {}",
+            mode.name(),
+            d.name(),
+            r.files,
+            r.dir_s.as_secs_f64(),
+            r.read.as_secs_f64(),
+            r.cpu.as_secs_f64(),
+            by_opcode(&r.errors)
+        );
+        Ok(r)
+    });
     for (m, &mode) in modes.iter().enumerate() {
-        for round in 0..args.rounds.max(1) {
-            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-            for i in order {
-                let d = &daemons[i];
-                match run_once(d, mode, args, &share, l) {
-                    Ok(r) => {
-                        eprintln!(
-                            "windows {} {} round {}: {} files, dir /s {:.1} s + read {:.1} s, \
-                             CPU {:.1} s, error replies {}",
-                            mode.name(),
-                            d.name(),
-                            round + 1,
-                            r.files,
-                            r.dir_s.as_secs_f64(),
-                            r.read.as_secs_f64(),
-                            r.cpu.as_secs_f64(),
-                            by_opcode(&r.errors)
-                        );
-                        if !r.errors.is_empty() {
-                            errors.push(format!(
-                                "windows {} `{}`: error replies {}",
-                                mode.name(),
-                                d.command_line(),
-                                by_opcode(&r.errors)
-                            ));
-                        }
-                        results[m][i].push(r);
-                    }
-                    Err(e) => {
-                        let msg = format!(
-                            "windows {} round {} `{}`: {e}",
-                            mode.name(),
-                            round + 1,
-                            d.command_line()
-                        );
-                        eprintln!("ERROR {msg}");
-                        errors.push(msg);
-                    }
-                }
+        for (i, d) in daemons.iter().enumerate() {
+            for r in results[m][i].iter().filter(|r| !r.errors.is_empty()) {
+                errors.push(format!(
+                    "windows {} `{}`: error replies {}",
+                    mode.name(),
+                    d.command_line(),
+                    by_opcode(&r.errors)
+                ));
             }
         }
     }
