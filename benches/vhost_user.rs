@@ -2,7 +2,7 @@
 //! driven by the in-process test guest with many requests in flight, in alternation.
 //!
 //! `cargo bench --bench vhost_user -- [--quick] [--only W,...] [--rounds N] [--depth N]
-//!  [--daemon-a CMD] [--daemon-b CMD] [--markdown FILE]`
+//!  [--daemon-a CMD] [--daemon-b CMD] [--markdown FILE] [--gluster]`
 //!
 //! Each run starts a fresh daemon on a fresh copy of the workload's prepared share, connects,
 //! sends FUSE_INIT and times the workload. Rounds run every daemon once, in alternating order;
@@ -12,8 +12,12 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "vhost_user/gluster.rs"]
+mod gluster;
 #[path = "vhost_user/report.rs"]
 mod report;
+#[path = "vhost_user/rounds.rs"]
+mod rounds;
 #[path = "shared/mod.rs"]
 mod shared;
 #[path = "vhost_user/stats.rs"]
@@ -32,6 +36,7 @@ use vhost::vhost_user::message::VhostUserProtocolFeatures;
 use vhost::vhost_user::VhostUserFrontend;
 
 use common::{Daemon, FuseClient, TempDir, TestGuest};
+use rounds::{alternate, Results, Row};
 use shared::{fs_type, machine, today, DaemonCmd};
 use stats::{fmt_latency, fmt_rate, median, Measured};
 use workloads::{Ctx, Sizes, Workload};
@@ -75,6 +80,11 @@ struct Args {
     /// Also write the markdown table to this file.
     #[arg(long)]
     markdown: Option<PathBuf>,
+    /// The slow-backend mode instead of the workloads (`vhost_user/gluster.rs`): a share on a
+    /// GlusterFS volume the bench starts; daemon B's default settings are then
+    /// `--inode-file-handles=never` with `--thread-pool-size=0` and `=16`.
+    #[arg(long)]
+    gluster: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -181,8 +191,18 @@ impl Session {
         if !status.success() {
             return Err(format!("cp -a {} failed: {status}", template.display()));
         }
+        Session::serve(spec, &share, dir, shape)
+    }
+
+    /// A fresh daemon serving `share` as it is, its socket and log in `dir`.
+    fn serve(
+        spec: &DaemonSpec,
+        share: &Path,
+        dir: TempDir,
+        shape: Shape,
+    ) -> Result<Session, String> {
         let socket = dir.join("vhost.sock");
-        let daemon = spec.cmd.spawn(&socket, &share, &dir.join("daemon.log"))?;
+        let daemon = spec.cmd.spawn(&socket, share, &dir.join("daemon.log"))?;
         let guest = TestGuest::connect(&socket, shape.queues, QUEUE_SIZE, GUEST_MEM)
             .map(Arc::new)
             .map_err(|e| format!("connect: {e}"))?;
@@ -236,34 +256,41 @@ fn run_once(
     sizes: &Sizes,
 ) -> Result<Vec<(&'static str, Measured)>, String> {
     let s = Session::start(spec, template, shape)?;
-    let ctx = Ctx {
-        clients: &s.clients,
-        mult: shape.mult,
-        sizes,
-        daemon_pid: s.daemon.pid(),
-    };
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| workload.run(&ctx)))
-        .map_err(panic_message)
-        .and_then(|r| r);
-    result.map_err(|e| {
-        let tail = s.log_tail();
-        if tail.is_empty() {
-            e
-        } else {
-            format!("{e}\n  daemon log:\n{tail}")
-        }
-    })
+    s.measure(shape.mult, sizes, |ctx| workload.run(ctx))
 }
 
-/// Measurements of one table row: per daemon, one per successful round.
-struct Row {
-    workload: Workload,
-    label: &'static str,
-    config: usize,
-    runs: Vec<Vec<Measured>>,
+impl Session {
+    /// Runs `f` on this session (`mult` and `sizes` as in [`Ctx`]), a panic in it being a
+    /// failure; a failure comes with the end of the daemon's log.
+    fn measure<T>(
+        &self,
+        mult: usize,
+        sizes: &Sizes,
+        f: impl FnOnce(&Ctx) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let ctx = Ctx {
+            clients: &self.clients,
+            mult,
+            sizes,
+            daemon_pid: self.daemon.pid(),
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&ctx)))
+            .map_err(panic_message)
+            .and_then(|r| r);
+        result.map_err(|e| {
+            let tail = self.log_tail();
+            if tail.is_empty() {
+                e
+            } else {
+                format!("{e}\n  daemon log:\n{tail}")
+            }
+        })
+    }
 }
 
-fn default_daemons(args: &Args) -> Result<Vec<DaemonSpec>, String> {
+/// Daemon A, and daemon B once per `pools` setting of virtiofsd's `--thread-pool-size` (with
+/// `b_args` too) unless `--daemon-b` names one.
+fn default_daemons(args: &Args, pools: &[usize], b_args: &str) -> Result<Vec<DaemonSpec>, String> {
     let mut specs = vec![match &args.daemon_a {
         Some(cmd) => DaemonSpec::new(Side::A, cmd, "")?,
         None => DaemonSpec::new(Side::A, env!("CARGO_BIN_EXE_vhostfs"), "")?,
@@ -273,9 +300,9 @@ fn default_daemons(args: &Args) -> Result<Vec<DaemonSpec>, String> {
         None => {
             let bin = common::virtiofsd_path()
                 .ok_or("virtiofsd not found (set $VIRTIOFSD or use --daemon-b)")?;
-            for pool in [0, 4] {
+            for &pool in pools {
                 let cmd = format!(
-                    "{} --sandbox=none --log-level=error --thread-pool-size={pool}",
+                    "{} --sandbox=none --log-level=error{b_args} --thread-pool-size={pool}",
                     bin.display()
                 );
                 specs.push(DaemonSpec::new(Side::B, &cmd, &format!("tp={pool}"))?);
@@ -287,7 +314,12 @@ fn default_daemons(args: &Args) -> Result<Vec<DaemonSpec>, String> {
 
 fn main() {
     let args = Args::parse();
-    match run(&args) {
+    let result = if args.gluster {
+        gluster::run(&args)
+    } else {
+        run(&args)
+    };
+    match result {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {
@@ -324,7 +356,7 @@ fn run(args: &Args) -> Result<bool, String> {
     });
     // TempDir creates its directories under $TMPDIR; no other thread runs yet.
     std::env::set_var("TMPDIR", &scratch);
-    let mut specs = default_daemons(args)?;
+    let mut specs = default_daemons(args, &[0, 4], "")?;
     let templates = TempDir::new("vhostfs-bench-templates").map_err(|e| e.to_string())?;
     let empty = templates.join("empty");
     std::fs::create_dir(&empty).map_err(|e| e.to_string())?;
@@ -338,67 +370,19 @@ fn run(args: &Args) -> Result<bool, String> {
         );
     }
 
-    let mut rows: Vec<Row> = Vec::new();
-    let mut errors: Vec<String> = Vec::new();
-    for &w in &workloads {
+    let mut results = Results::default();
+    for (group, &w) in workloads.iter().enumerate() {
         let template = templates.join(&format!("{w:?}").to_lowercase());
         std::fs::create_dir(&template).map_err(|e| e.to_string())?;
         w.prepare(&template, &sizes)
             .map_err(|e| format!("preparing the {w:?} share: {e}"))?;
-        for config in 0..2 {
-            for round in 0..rounds {
-                let order: Vec<usize> = if round % 2 == 0 {
-                    (0..specs.len()).collect()
-                } else {
-                    (0..specs.len()).rev().collect()
-                };
-                for i in order {
-                    let spec = &specs[i];
-                    let shape = Shape::of(config, spec.max_queues);
-                    let t = Instant::now();
-                    match run_once(spec, &template, shape, w, &sizes) {
-                        Ok(measured) => {
-                            for (label, m) in measured {
-                                let pos = rows
-                                    .iter()
-                                    .position(|r| r.label == label && r.config == config)
-                                    .unwrap_or_else(|| {
-                                        rows.push(Row {
-                                            workload: w,
-                                            label,
-                                            config,
-                                            runs: vec![Vec::new(); specs.len()],
-                                        });
-                                        rows.len() - 1
-                                    });
-                                rows[pos].runs[i].push(m);
-                            }
-                            eprintln!(
-                                "{w:?} {} round {}/{rounds} {} {}: {:.1} s",
-                                shape.label(),
-                                round + 1,
-                                spec.cmd.name(),
-                                spec.tag,
-                                t.elapsed().as_secs_f64()
-                            );
-                        }
-                        Err(e) => {
-                            let msg = format!(
-                                "{w:?} {} round {} `{}`: {e}",
-                                shape.label(),
-                                round + 1,
-                                spec.cmd.command_line()
-                            );
-                            eprintln!("ERROR {msg}");
-                            errors.push(msg);
-                        }
-                    }
-                }
-            }
-        }
+        let run = |spec: &DaemonSpec, _, shape| run_once(spec, &template, shape, w, &sizes);
+        let what = format!("{w:?}");
+        alternate(&specs, rounds, Shape::of, (group, &what), run, &mut results);
     }
-    // Group rows by workload, then configuration.
-    rows.sort_by_key(|r| (workloads.iter().position(|&w| w == r.workload), r.config));
+    // Grouped by workload, then configuration.
+    results.rows.sort_by_key(|r| (r.group, r.config));
+    let Results { rows, errors } = results;
 
     let cmdline: Vec<String> = std::env::args()
         .skip(1)
@@ -431,7 +415,7 @@ fn run(args: &Args) -> Result<bool, String> {
         .unwrap();
     }
     report.push('\n');
-    report.push_str(&report::table(&rows, &specs));
+    report.push_str(&report::table(&rows, &specs, Shape::of));
     if let Some(check) = report::per_file_check(&rows, &specs) {
         report.push('\n');
         report.push_str(&check);

@@ -3,7 +3,12 @@
 
 use super::*;
 
-pub(super) fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
+/// The table; `shape(config, max_queues)` is how a daemon was driven in a configuration.
+pub(super) fn table(
+    rows: &[Row],
+    specs: &[DaemonSpec],
+    shape: impl Fn(usize, usize) -> Shape,
+) -> String {
     let a = specs.iter().position(|s| s.side == Side::A).unwrap();
     let bs: Vec<usize> = (0..specs.len())
         .filter(|&i| specs[i].side == Side::B)
@@ -24,8 +29,8 @@ pub(super) fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
             .max_by(|x, y| x.1.ops_per_sec.total_cmp(&y.1.ops_per_sec));
         let shape = format!(
             "{} / {}",
-            Shape::of(row.config, specs[a].max_queues).label(),
-            Shape::of(row.config, specs[bs[0]].max_queues).label()
+            shape(row.config, specs[a].max_queues).label(),
+            shape(row.config, specs[bs[0]].max_queues).label()
         );
         let rate_a = ma.map_or(na.clone(), |m| fmt_rate(m.ops_per_sec));
         let rate_b = mb.map_or(na.clone(), |(i, m)| {
@@ -82,7 +87,7 @@ pub(super) fn table(rows: &[Row], specs: &[DaemonSpec]) -> String {
 
 /// The lowest and highest ratio of `f` of A's to B's runs over the rounds (runs paired in round
 /// order), if there were two rounds or more: how far apart single rounds land on this machine.
-fn round_ratios(
+pub(super) fn round_ratios(
     a: &[Measured],
     b: &[Measured],
     f: impl Fn(&Measured) -> f64,

@@ -20,6 +20,8 @@ mod data;
 mod meta;
 #[path = "workloads/perfile.rs"]
 pub mod perfile;
+#[path = "workloads/slow.rs"]
+pub mod slow;
 
 use data::{
     check_read, check_written, mixed, randread, read_req, release_req, seqread, seqwrite, write_req,

@@ -3,7 +3,7 @@
 
 use super::*;
 
-fn lookup_req(c: &FuseClient, parent: u64, name: &str) -> (Vec<u8>, usize) {
+pub(super) fn lookup_req(c: &FuseClient, parent: u64, name: &str) -> (Vec<u8>, usize) {
     (c.request(FUSE_LOOKUP, parent, &cstr(name)), ENTRY)
 }
 
@@ -165,17 +165,34 @@ enum Listing {
 
 pub(super) fn readdirplus(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
     let dir = untimed_lookup(&ctx.clients[0], FUSE_ROOT_ID, BIG_DIR)?;
-    let listings = ctx.sizes.listings;
-    let expected = ctx.sizes.dir_entries;
+    let m = listings(
+        ctx,
+        dir,
+        ctx.sizes.dir_entries,
+        ctx.sizes.listings,
+        ctx.mult,
+    )?;
+    Ok(vec![("READDIRPLUS whole dir (per listing)", m)])
+}
+
+/// `listings` whole listings of directory `dir` (node ID), which holds `expected` files, spread
+/// over the threads, each thread keeping `at_once` of its listings going.
+pub(super) fn listings(
+    ctx: &Ctx,
+    dir: u64,
+    expected: usize,
+    listings: usize,
+    at_once: usize,
+) -> Result<Measured, String> {
     let threads = ctx.clients.len();
     let (m, _) = timed(ctx, listings, |t, c| {
         let mine = share_of(listings, t, threads).count();
         move |lat: &mut Vec<Duration>| {
-            // `mult` listings at a time, in lockstep: one request of each per pipeline.
+            // `at_once` listings at a time, in lockstep: one request of each per pipeline.
             let mut todo = mine;
             let mut lanes: Vec<Listing> = Vec::new();
             while todo > 0 || !lanes.is_empty() {
-                while lanes.len() < ctx.mult && todo > 0 {
+                while lanes.len() < at_once && todo > 0 {
                     lanes.push(Listing::Open);
                     todo -= 1;
                 }
@@ -249,7 +266,7 @@ pub(super) fn readdirplus(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, St
             Ok(())
         }
     })?;
-    Ok(vec![("READDIRPLUS whole dir (per listing)", m)])
+    Ok(m)
 }
 
 pub(super) fn create(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String> {
