@@ -55,7 +55,7 @@ impl SlowSizes {
             ios: 4_000,
             creates: 1_024,
             listings: 16,
-            one_at_a_time: 300,
+            one_at_a_time: 1_000,
         }
     }
 
