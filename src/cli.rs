@@ -87,9 +87,9 @@ pub struct Config {
     pub inode_file_handles: InodeFileHandles,
     /// `--cache` or `-o cache=` (default `auto`).
     pub cache: CacheMode,
-    /// `--thread-pool-size` (0: every request is served on its queue's thread; default: the
-    /// number of CPUs — unlike virtiofsd's 0, because pool threads cost nothing until a queue
-    /// has a backlog).
+    /// `--thread-pool-size` (0: every request is served on its queue's thread; default 64,
+    /// unlike virtiofsd's 0, because pool threads cost nothing until a queue has a backlog, and
+    /// at most one per CPU helps with requests that keep a thread on a CPU).
     pub thread_pool_size: usize,
     /// `--rlimit-nofile`; `None` means virtiofsd's default (min(1000000, fs.nr_open)) and
     /// `Some(0)` leaves the limit unchanged.
@@ -275,9 +275,12 @@ fn one_line(err: &clap::Error) -> CliError {
     CliError::new(first.strip_prefix("error: ").unwrap_or(first).trim_end())
 }
 
-/// The thread pool size when `--thread-pool-size` is not given: one per CPU.
+/// The thread pool size when `--thread-pool-size` is not given: 64. At most one per CPU helps
+/// with requests that keep a thread on a CPU; the others only serve requests that wait for the
+/// host filesystem, each blocked in one (a network filesystem: issue 35 item 3), and exist only
+/// while they do (and 1 s after).
 pub fn default_thread_pool_size() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    64
 }
 
 /// Parses the command line (`args` includes the program name, as from `std::env::args_os`).

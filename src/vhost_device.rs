@@ -11,7 +11,8 @@
 //! EVENT_IDX, only when the guest asked to be notified), until the ring is empty. While it
 //! exists, the thread takes its queue's kick out of the worker's epoll and waits on it itself
 //! ([`kick`]): one wake-up per kick, as with a worker of its own. With `--thread-pool-size N`,
-//! pool threads join a queue thread whose queue has a backlog and drain it alongside.
+//! pool threads join a queue thread whose queue has a backlog and drain it alongside: one per
+//! CPU at most, or up to N while its requests wait for the host filesystem (`drain`).
 //!
 //! Locks: the vring's own lock is taken only to add the last request's used entry and pop the
 //! next chain (both under one acquisition), never while a request runs, so the frontend thread
@@ -103,7 +104,8 @@ struct Inner {
     server: Arc<FuseServer>,
     /// `Some` with `--thread-pool-size N > 0`: its threads help drain queues with a backlog.
     pool: Option<WorkerPool>,
-    /// Pool threads draining a queue right now (at most the pool's size).
+    /// Pool threads draining a queue right now (at most the pool's size; at most one per CPU
+    /// recruited for work on a CPU).
     helpers: AtomicUsize,
     /// The guest memory map the queue threads use: the last one the frontend sent that passed
     /// the checks (see `update_memory`). Every guest memory access of a queue thread goes

@@ -4,7 +4,9 @@
 //! Without a pool each queue's thread serves its requests one after the other; with one, pool
 //! threads join a queue thread when its queue has a backlog (see `vhost_device`), so requests are
 //! served in parallel and slow ones (fsync, a cold read) do not hold up the rest of the queue. The
-//! pool is shared by all queues.
+//! pool is shared by all queues. Help with work that keeps a thread on a CPU takes at most one
+//! thread per CPU ([`WorkerPool::cpu_bound`]); help for requests that wait (a network
+//! filesystem's round trip) takes up to the whole pool, as a waiting thread uses no CPU.
 //!
 //! Threads exist only while there is work (issue 36): a job starts a thread when none is idle
 //! and fewer than `size` exist; a thread that has had no job for [`POOL_LINGER`] ends.
@@ -40,14 +42,17 @@ struct Shared {
 
 pub struct WorkerPool {
     size: usize,
+    cpu_bound: usize,
     shared: Arc<Shared>,
 }
 
 impl WorkerPool {
     /// A pool of at most `size` threads; none is started before the first job.
     pub fn new(size: usize) -> std::io::Result<WorkerPool> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(WorkerPool {
             size,
+            cpu_bound: size.min(cpus),
             shared: Arc::new(Shared {
                 jobs: Mutex::default(),
                 changed: Condvar::new(),
@@ -58,6 +63,12 @@ impl WorkerPool {
     /// Number of threads at most.
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// Threads at most that the pool's users should keep busy with work that keeps them on a
+    /// CPU: one per CPU, within [`WorkerPool::size`].
+    pub fn cpu_bound(&self) -> usize {
+        self.cpu_bound
     }
 
     /// Threads that exist right now.

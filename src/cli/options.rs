@@ -100,8 +100,9 @@ pub(super) struct Opt {
     #[arg(long, conflicts_with_all = ["socket_path", "socket"])]
     pub(super) fd: Option<RawFd>,
 
-    /// Maximum thread pool size. A value of "0" disables the pool [default: the number of CPUs;
-    /// pool threads only join a request queue that has a backlog]
+    /// Maximum thread pool size. A value of "0" disables the pool [default: 64; pool threads
+    /// only join a request queue that has a backlog, at most one per CPU unless its requests
+    /// wait for the host filesystem]
     #[arg(long)]
     pub(super) thread_pool_size: Option<usize>,
 

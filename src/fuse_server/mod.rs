@@ -206,11 +206,13 @@ impl FuseServer {
         mem: &M,
         descs: impl IntoIterator<Item = virtio_queue::desc::split::Descriptor>,
     ) -> u32 {
-        Request::of_chain(mem, descs).map_or(0, |r| self.serve_request(r))
+        Request::of_chain(mem, descs).map_or(0, |r| self.serve_request(r).0)
     }
 
-    /// Handles a request taken from its chain (see [`FuseServer::handle_chain`]).
-    pub fn serve_request<S: BitmapSlice>(&self, request: Request<'_, S>) -> u32 {
+    /// Handles a request taken from its chain (see [`FuseServer::handle_chain`]); returns the
+    /// used length and how long the request took in nanoseconds (0 if its header could not be
+    /// read), as its metrics recorded it.
+    pub fn serve_request<S: BitmapSlice>(&self, request: Request<'_, S>) -> (u32, u64) {
         self.handle(request.reader, request.writer)
     }
 
@@ -227,14 +229,13 @@ impl FuseServer {
         flag != 0 && self.killpriv_v2.load(Ordering::Acquire)
     }
 
-    /// Serves one request and records it (a request whose header cannot be read is not).
-    fn handle<S: BitmapSlice>(&self, r: Reader<S>, w: Writer<S>) -> u32 {
+    /// Serves one request and records it (a request whose header cannot be read is not);
+    /// returns the used length and the nanoseconds recorded.
+    fn handle<S: BitmapSlice>(&self, r: Reader<S>, w: Writer<S>) -> (u32, u64) {
         let started = crate::metrics::clock::now();
         let (opcode, errno, used) = self.serve(r, w);
-        if let Some(opcode) = opcode {
-            self.metrics.record(slot_of(opcode), errno, started);
-        }
-        used
+        let nanos = opcode.map_or(0, |op| self.metrics.record(slot_of(op), errno, started));
+        (used, nanos)
     }
 
     /// Serves one request; returns its opcode (once the header was read), the errno of its

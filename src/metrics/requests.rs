@@ -131,8 +131,9 @@ impl<const OPS: usize> RequestMetrics<OPS> {
     }
 
     /// Records one answered request of opcode slot `slot` (< `OPS`), started at `started`, with
-    /// `errno` (0: success). Takes the request's second clock read.
-    pub fn record(&self, slot: usize, errno: i32, started: Stamp) {
+    /// `errno` (0: success). Takes the request's second clock read; returns the nanoseconds
+    /// recorded.
+    pub fn record(&self, slot: usize, errno: i32, started: Stamp) -> u64 {
         let ns = ns_since(started);
         let s = self.stripe();
         let op = &s.ops[slot];
@@ -146,6 +147,7 @@ impl<const OPS: usize> RequestMetrics<OPS> {
                 .unwrap_or(0);
             s.errno[e].fetch_add(1, Ordering::Relaxed);
         }
+        ns
     }
 
     /// `n` more data bytes in `slot`.

@@ -89,6 +89,8 @@ pub const ALLOWED: &[libc::c_long] = &[
     libc::SYS_tgkill,
     libc::SYS_getrandom,
     libc::SYS_clock_gettime,
+    // Whether a request that took long blocked (vhost_device/drain.rs).
+    libc::SYS_getrusage,
     libc::SYS_clock_nanosleep,
     libc::SYS_nanosleep,
     libc::SYS_restart_syscall,

@@ -33,6 +33,46 @@ const RECRUIT_BACKLOG: u16 = 32;
 /// the guest has the next buffers to fill, and holding completions back starves its pipeline.
 const BULK: u64 = 64 << 10;
 
+/// A request that took longer than this, plus [`LONG_NS_PER_KIB`] per KiB of its buffers, took
+/// long: it waited, for its host filesystem (a network filesystem's round trip, a disk) or for a
+/// CPU. On a filesystem in memory a small request takes 2–50 µs and a 1 MiB one 0.1–0.3 ms; on
+/// GlusterFS (both bricks on the same host) a 4 KiB READ or WRITE takes 0.15–0.3 ms and a LOOKUP
+/// of a name the host forgot 0.5 ms or more (docs/benchmarks.md, issue 35 item 3).
+const LONG_NS: u64 = 100_000;
+
+/// What a KiB of a request's buffers adds to [`LONG_NS`] (copying it takes well under that).
+const LONG_NS_PER_KIB: u64 = 1_000;
+
+/// Whether a request with `bytes` of buffers that took `nanos` took long (see [`LONG_NS`]).
+fn took_long(nanos: u64, bytes: u64) -> bool {
+    nanos > LONG_NS + (bytes >> 10) * LONG_NS_PER_KIB
+}
+
+/// Voluntary context switches of the calling thread so far (0 if they cannot be read). A
+/// request that took long while they grew blocked (it slept: for I/O, or a lock); one that took
+/// long without them was preempted (it waited for a CPU: more threads would not help). Read
+/// only around a request that follows one that took long: two syscalls, ~1 µs.
+fn voluntary_switches() -> i64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a `rusage` to the pointer it is given, which points to one.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) } != 0 {
+        return 0;
+    }
+    // SAFETY: zeroed, then written by getrusage.
+    unsafe { usage.assume_init() }.ru_nvcsw
+}
+
+/// Why a queue gets another thread ([`VhostFsBackend::recruit_helper`]).
+#[derive(Clone, Copy)]
+enum Help {
+    /// A backlog of requests that keep a thread on a CPU: at most one pool thread per CPU
+    /// ([`crate::worker_pool::WorkerPool::cpu_bound`]) helps, more would only contend.
+    Busy,
+    /// Requests that wait, blocked (for the host filesystem, or stuck): up to the whole pool, one
+    /// thread per waiting request, since a blocked thread uses no CPU.
+    Waiting,
+}
+
 /// Used entries at most put in the ring before the guest is notified, while more chains wait
 /// ([`notify_batch`]).
 const NOTIFY_BATCH: u16 = 16;
@@ -104,7 +144,12 @@ impl VhostFsBackend {
     /// costs no thread switch. On the queue's own thread (`own`), when at least
     /// [`RECRUIT_BACKLOG`] chains are still waiting after a pop, an idle pool thread (if any) is
     /// asked to drain the queue alongside, so a backlog is served in parallel; and each request
-    /// is shown to the stall watcher, which sends help when one runs long.
+    /// is shown to the stall watcher, which sends help when one runs long. On any thread, when
+    /// the request served last [`took_long`] and blocked (after one that took long too), and
+    /// chains wait behind the one just popped, one more pool thread is asked: a queue whose
+    /// requests wait for a slow filesystem keeps about as many of them going as it has in
+    /// flight (GlusterFS, issue 35 item 3), while on a local filesystem, where a request that
+    /// takes long was preempted, nothing changes.
     ///
     /// The guest is notified of completions in batches: while more chains wait behind the one
     /// just popped, up to [`notify_batch`] used entries are put in the ring before one
@@ -135,6 +180,10 @@ impl VhostFsBackend {
         // The last request served, whether it was bulk I/O, and its count in flight: its used
         // entry goes in with the next pop, under one lock.
         let mut served = None;
+        // Whether the last request served took long ([`took_long`]): the next one is then
+        // watched for blocking ([`voluntary_switches`]). And whether it took long and blocked.
+        let mut last_long = false;
+        let mut last_waited = false;
         // Used entries added since the last notification. None once a lock section ends with
         // no chain popped (the queue was found empty, paused or stopped): a stop that sees no
         // chain in flight sees every used entry notified.
@@ -213,12 +262,24 @@ impl VhostFsBackend {
             };
             // The sizes from the request's buffers, not another walk of the chain.
             let (bytes, reply) = (request.request_bytes() as u64, request.reply_bytes() as u64);
-            if own && (backlog >= RECRUIT_BACKLOG || (backlog > 0 && reply >= BULK)) {
-                self.recruit_helper(queue, vring, atomic, event_idx);
+            let help = if backlog == 0 {
+                None
+            } else if last_waited {
+                Some(Help::Waiting)
+            } else if own && (backlog >= RECRUIT_BACKLOG || reply >= BULK) {
+                Some(Help::Busy)
+            } else {
+                None
+            };
+            if let Some(help) = help {
+                self.recruit_helper(help, queue, vring, atomic, event_idx);
             }
             let bulk = bytes >= BULK;
             let _watched = own.then(|| self.inner.watch.serving(queue)).flatten();
-            let used = self.inner.server.serve_request(request);
+            let switches = last_long.then(voluntary_switches);
+            let (used, nanos) = self.inner.server.serve_request(request);
+            last_long = took_long(nanos, bytes + reply);
+            last_waited = last_long && switches.is_some_and(|n| voluntary_switches() > n);
             served = Some((head, used, bulk, in_flight));
         }
     }
@@ -246,17 +307,22 @@ impl VhostFsBackend {
         })
     }
 
-    /// Starts one more pool thread draining `vring` (queue `queue`), unless every pool thread
-    /// is busy already.
+    /// Starts one more pool thread draining `vring` (queue `queue`), unless as many pool
+    /// threads as `help` allows drain already.
     fn recruit_helper(
         &self,
+        help: Help,
         queue: usize,
         vring: &Vring,
         atomic: &GuestMemoryAtomic<GuestMemory>,
         event_idx: bool,
     ) {
         let Some(pool) = &self.inner.pool else { return };
-        if self.inner.helpers.fetch_add(1, Ordering::AcqRel) >= pool.size() {
+        let most = match help {
+            Help::Busy => pool.cpu_bound(),
+            Help::Waiting => pool.size(),
+        };
+        if self.inner.helpers.fetch_add(1, Ordering::AcqRel) >= most {
             self.inner.helpers.fetch_sub(1, Ordering::AcqRel);
             return;
         }
@@ -295,7 +361,37 @@ impl VhostFsBackend {
         };
         log::debug!("queue {queue}: a request has run for over {TICK:?}; {backlog} waiting");
         if backlog > 0 {
-            self.recruit_helper(queue, vring, &atomic, event_idx);
+            self.recruit_helper(Help::Waiting, queue, vring, &atomic, event_idx);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_took_long_only_past_what_its_bytes_take() {
+        // A 4 KiB READ: 20 µs on a local filesystem, 200 µs over GlusterFS.
+        assert!(!took_long(20_000, 4096 + 80));
+        assert!(took_long(200_000, 4096 + 80));
+        // A 1 MiB WRITE: 300 µs copying it, 3 ms waiting for a network filesystem.
+        assert!(!took_long(300_000, 1 << 20));
+        assert!(took_long(3_000_000, 1 << 20));
+    }
+
+    /// A thread that sleeps switches voluntarily; one that computes does not.
+    #[test]
+    fn voluntary_switches_count_sleeps() {
+        let before = voluntary_switches();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let slept = voluntary_switches();
+        assert!(slept > before, "{before} -> {slept}");
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_micros(200) {
+            std::hint::spin_loop();
+        }
+        // Computing, at most preempted (involuntary switches are not counted).
+        assert_eq!(voluntary_switches(), slept);
     }
 }
