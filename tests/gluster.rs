@@ -499,6 +499,30 @@ fn changes_through_mount_b_are_seen_by_the_guest() {
     fs::write(b.join(".replace.tmp"), "replacement by B").unwrap();
     fs::rename(b.join(".replace.tmp"), b.join("replace")).unwrap();
     let changed = Instant::now();
+    // The daemon can only show what mount A shows: first wait until mount A itself shows B's
+    // changes (GlusterFS's client caches and the host kernel's 1 s timeouts; once seen to lag
+    // past 3.5 s under load), and say how long that took; the guest's bounds below start after.
+    let len = |p: PathBuf| fs::symlink_metadata(p).map(|m| m.len()).ok();
+    let ino = |p: PathBuf| fs::symlink_metadata(p).map(|m| m.ino()).ok();
+    let host_lag = eventually(
+        "mount A showing B's changes",
+        Duration::from_secs(30),
+        || {
+            let shown = len(a.join("created")).is_some()
+                && len(a.join("append")) == Some(appended.len() as u64)
+                && len(a.join("truncate")) == Some(5)
+                && len(a.join("rename-src")).is_none()
+                && ino(a.join("rename-dst")) == ino(b.join("rename-dst"))
+                && len(a.join("delete")).is_none()
+                && ino(a.join("replace")) == ino(b.join("replace"));
+            if shown {
+                Ok(())
+            } else {
+                Err("not yet".into())
+            }
+        },
+    );
+    eprintln!("mount A showed B's changes {host_lag:.1?} after they were made");
 
     // The guest's timeout, plus the host mount's own: GlusterFS's FUSE client gives the host
     // kernel 1 s entry and attribute timeouts, and its md-cache keeps metadata 1 s.
