@@ -122,22 +122,9 @@ fn run_once(
     share: &std::path::Path,
     l: Layout,
 ) -> Result<Run, String> {
-    let dir = TempDir::new("vhostfs-million").map_err(|e| e.to_string())?;
-    let socket = dir.join("vhost.sock");
-    let mut cmd = DaemonCmd {
-        program: cmd.program.clone(),
-        args: cmd.args.clone(),
-    };
-    cmd.args
-        .push(format!("--inode-file-handles={}", mode.name()));
-    let log = dir.join("daemon.log");
-    let daemon = cmd.spawn(&socket, share, &log)?;
-    let tail = || {
-        let s = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<&str> = s.lines().collect();
-        lines[lines.len().saturating_sub(3)..].join(" / ")
-    };
-    let guest = TestGuest::connect(&socket, 1, QUEUE_SIZE, GUEST_MEM)
+    let started = Started::new(cmd, mode, share)?;
+    let (daemon, tail) = (&started.daemon, || started.log_tail());
+    let guest = TestGuest::connect(&started.socket, 1, QUEUE_SIZE, GUEST_MEM)
         .map(Arc::new)
         .map_err(|e| format!("connect: {e}; daemon log: {}", tail()))?;
     let c = FuseClient::new(Arc::clone(&guest), 0);
@@ -153,14 +140,7 @@ fn run_once(
     let peak = AtomicUsize::new(0);
     let t = Instant::now();
     let walked = std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
-                if let Ok(n) = daemon.fd_count() {
-                    peak.fetch_max(n, Ordering::Relaxed);
-                }
-                std::thread::sleep(SAMPLE);
-            }
-        });
+        s.spawn(|| sample_fds(daemon, &stop, &peak));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             walk::walk(&c, l, limit, args.depth)
         }));
@@ -282,6 +262,51 @@ fn alternate<R>(
         }
     }
     (results, errors)
+}
+
+/// A daemon of `cmd` started in `mode` on `share`, its socket and log in a temp dir of its own.
+pub struct Started {
+    pub daemon: common::Daemon,
+    pub socket: PathBuf,
+    log: PathBuf,
+    _dir: TempDir,
+}
+
+impl Started {
+    pub fn new(cmd: &DaemonCmd, mode: Mode, share: &std::path::Path) -> Result<Started, String> {
+        let dir = TempDir::new("vhostfs-million").map_err(|e| e.to_string())?;
+        let (socket, log) = (dir.join("vhost.sock"), dir.join("daemon.log"));
+        let mut cmd = DaemonCmd {
+            program: cmd.program.clone(),
+            args: cmd.args.clone(),
+        };
+        cmd.args
+            .push(format!("--inode-file-handles={}", mode.name()));
+        let daemon = cmd.spawn(&socket, share, &log)?;
+        Ok(Started {
+            daemon,
+            socket,
+            log,
+            _dir: dir,
+        })
+    }
+
+    /// The daemon log's last 3 lines, for an error message.
+    pub fn log_tail(&self) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(3)..].join(" / ")
+    }
+}
+
+/// Samples `daemon`'s fd count every [`SAMPLE`] into `peak` until `stop`.
+pub fn sample_fds(daemon: &common::Daemon, stop: &AtomicBool, peak: &AtomicUsize) {
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok(n) = daemon.fd_count() {
+            peak.fetch_max(n, Ordering::Relaxed);
+        }
+        std::thread::sleep(SAMPLE);
+    }
 }
 
 /// The plain walks: the markdown report and the failed runs.

@@ -388,6 +388,18 @@ fn cache_always_readback_against_virtiofsd() {
     eprintln!("test took {:.1?}", t0.elapsed());
 }
 
+/// `Ok` once GETATTR's size and READ's data are `want`'s; else what they were (not yet).
+fn shows(size: u64, data: &[u8], want: &[u8]) -> Result<(), String> {
+    if size == want.len() as u64 && data == want {
+        Ok(())
+    } else {
+        Err(format!(
+            "size {size}, data {:?}",
+            String::from_utf8_lossy(data)
+        ))
+    }
+}
+
 /// Polls `check` every 50 ms until it answers `Ok`, up to `within`; returns how long that took.
 /// `check` panics itself on a state that must never be seen (another file's data).
 fn eventually(
@@ -553,14 +565,7 @@ fn changes_through_mount_b_are_seen_by_the_guest() {
                 data == orig("append") || data == appended,
                 "append read {data:?}"
             );
-            if attr.size != appended.len() as u64 || data != appended {
-                return Err(format!(
-                    "size {}, data {:?}",
-                    attr.size,
-                    String::from_utf8_lossy(&data)
-                ));
-            }
-            Ok(())
+            shows(attr.size, &data, &appended)
         }),
     ));
     seen.push((
@@ -590,14 +595,7 @@ fn changes_through_mount_b_are_seen_by_the_guest() {
                 data == orig("truncate") || data == orig("truncate")[..5] || data == padded,
                 "truncate read {data:?}"
             );
-            if attr.size != 5 || data != orig("truncate")[..5] {
-                return Err(format!(
-                    "size {}, data {:?}",
-                    attr.size,
-                    String::from_utf8_lossy(&data)
-                ));
-            }
-            Ok(())
+            shows(attr.size, &data, &orig("truncate")[..5])
         }),
     ));
     seen.push((

@@ -21,7 +21,7 @@ use crate::report::{self, by_opcode, op_name, Mode, Timed};
 use crate::shared::{self, DaemonCmd};
 use crate::walk::{content, dir_name, file_name, Layout};
 use crate::win_read::{self, Tally, READ_SIZE};
-use crate::{alternate, Args, GUEST_MEM, IDLE, QUEUE_SIZE, SAMPLE};
+use crate::{alternate, sample_fds, Args, Started, GUEST_MEM, IDLE, QUEUE_SIZE};
 
 /// Symlinks at the share root: to a directory (`dir /s` reads the link and walks its target;
 /// one file is read through each) and to a file (read and walked by `dir /s`).
@@ -252,24 +252,11 @@ fn run_once(
     share: &Path,
     l: Layout,
 ) -> Result<WinRun, String> {
-    let dir = TempDir::new("vhostfs-million-win").map_err(|e| e.to_string())?;
-    let socket = dir.join("vhost.sock");
-    let mut cmd = DaemonCmd {
-        program: cmd.program.clone(),
-        args: cmd.args.clone(),
-    };
-    cmd.args
-        .push(format!("--inode-file-handles={}", mode.name()));
-    let log = dir.join("daemon.log");
-    let daemon = cmd.spawn(&socket, share, &log)?;
-    let tail = || {
-        let s = fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<&str> = s.lines().collect();
-        lines[lines.len().saturating_sub(3)..].join(" / ")
-    };
+    let started = Started::new(cmd, mode, share)?;
+    let (daemon, tail) = (&started.daemon, || started.log_tail());
     let mut opts = GuestOptions::new(1, QUEUE_SIZE, GUEST_MEM);
     opts.shared_waits = true;
-    let guest = TestGuest::connect_with(&socket, &opts)
+    let guest = TestGuest::connect_with(&started.socket, &opts)
         .map(Arc::new)
         .map_err(|e| format!("connect: {e}; daemon log: {}", tail()))?;
     let w = WindowsClient::mount(Arc::clone(&guest)).map_err(|f| failed("mount", f))?;
@@ -280,14 +267,7 @@ fn run_once(
     let stop = AtomicBool::new(false);
     let peak = AtomicUsize::new(0);
     let walked = std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
-                if let Ok(n) = daemon.fd_count() {
-                    peak.fetch_max(n, Ordering::Relaxed);
-                }
-                std::thread::sleep(SAMPLE);
-            }
-        });
+        s.spawn(|| sample_fds(daemon, &stop, &peak));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let t = Instant::now();
             let listed = dir_s(&w, l, args.threads)?;

@@ -233,6 +233,21 @@ fn file_name(i: usize) -> String {
     format!("f{i:05}")
 }
 
+/// A CREATE of `name` in `parent` (O_WRONLY|O_CREAT|O_EXCL, 0644) with the client's
+/// extensions `ext` (`extlen` bytes of them).
+fn create_req(c: &FuseClient, parent: u64, name: &str, ext: &[u8], extlen: u16) -> Vec<u8> {
+    let inp = CreateIn {
+        flags: (libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL) as u32,
+        mode: libc::S_IFREG | 0o644,
+        umask: 0o022,
+        fuse_flags: 0,
+    };
+    let mut body = inp.as_slice().to_vec();
+    body.extend_from_slice(&cstr(name));
+    body.extend_from_slice(ext);
+    c.request_with_ext(FUSE_CREATE, parent, &body, extlen)
+}
+
 fn cstr(name: &str) -> Vec<u8> {
     let mut v = name.as_bytes().to_vec();
     v.push(0);

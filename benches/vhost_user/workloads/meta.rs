@@ -282,18 +282,15 @@ pub(super) fn create(ctx: &Ctx) -> Result<Vec<(&'static str, Measured)>, String>
         let (ext, extlen) = c.create_ext();
         let creates: Vec<_> = share_of(n, t, threads)
             .map(|i| {
-                let inp = CreateIn {
-                    flags: (libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL) as u32,
-                    mode: libc::S_IFREG | 0o644,
-                    umask: 0o022,
-                    fuse_flags: 0,
-                };
-                let mut body = inp.as_slice().to_vec();
-                body.extend_from_slice(&cstr(&format!("file{}", i % s.files_per_job)));
-                body.extend_from_slice(&ext);
                 let parent = jobs[i / s.files_per_job];
                 (
-                    c.request_with_ext(FUSE_CREATE, parent, &body, extlen),
+                    create_req(
+                        c,
+                        parent,
+                        &format!("file{}", i % s.files_per_job),
+                        &ext,
+                        extlen,
+                    ),
                     ENTRY + 16,
                 )
             })

@@ -284,18 +284,9 @@ fn creates(ctx: &Ctx, dirs: &[u64], n: usize, depth: usize) -> Result<Measured, 
         let (ext, extlen) = c.create_ext();
         let reqs: Vec<_> = share_of(n, t, threads)
             .map(|i| {
-                let inp = CreateIn {
-                    flags: (libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL) as u32,
-                    mode: libc::S_IFREG | 0o644,
-                    umask: 0o022,
-                    fuse_flags: 0,
-                };
-                let mut body = inp.as_slice().to_vec();
-                body.extend_from_slice(&cstr(&file_name(i)));
-                body.extend_from_slice(&ext);
                 let parent = dirs[i % dirs.len()];
                 (
-                    c.request_with_ext(FUSE_CREATE, parent, &body, extlen),
+                    create_req(c, parent, &file_name(i), &ext, extlen),
                     ENTRY + 16,
                 )
             })
