@@ -23,7 +23,7 @@
 # --cases: a subset (names without "gluster-"; "migration" for the four migration cases).
 # VHOSTFS: the daemon (default target/release/vhostfs, else target/debug/vhostfs); VIRTIOFSD:
 # virtiofsd 1.14 (default: on PATH or ~/.cargo/bin); PJDFSTEST: see run-all.sh. E2E_LOG_DIR:
-# keep the logs there. ~4-5 min on 2 cores. Must run as root; glusterd's port 24007 must be free.
+# keep the logs there. ~3 min on 2 cores (release build; 185 s through run-all.sh). Must run as root; glusterd's port 24007 must be free.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -21,7 +21,7 @@
 #                   "submounts" for submounts.sh, "libvirt" for libvirt.sh: 3 boots, ~2 min,
 #                   "systemd-nspawn" for systemd.sh: systemd in a container, 2 boots, ~35 s;
 #                   "migration" for migration.sh: 3 boots, 6 QEMUs, ~65 s);
-#                   "gluster" for gluster.sh: a GlusterFS volume, 12 boots, ~5 min);
+#                   "gluster" for gluster.sh: a GlusterFS volume, 11 cases, 12 boots, ~3 min);
 #                   "upgrade" for upgrade.sh: in-place upgrades under fio, 1 boot, ~70 s;
 #                   "vng" for vng.sh: virtme-ng on the host's root, 4 boots, ~1.5 min).
 #   PJDFSTEST       the pjdfstest binary of the pjdfstest cases (default:
