@@ -404,16 +404,7 @@ fn run(args: &Args) -> Result<bool, String> {
         started.elapsed().as_secs(),
         sizes.small_depth
     );
-    for spec in &specs {
-        writeln!(
-            report,
-            "Daemon {}: `{}` ({} request queue(s))  ",
-            if spec.side == Side::A { "A" } else { "B" },
-            spec.cmd.command_line(),
-            spec.max_queues
-        )
-        .unwrap();
-    }
+    report.push_str(&report::daemon_lines(&specs));
     report.push('\n');
     report.push_str(&report::table(&rows, &specs, Shape::of));
     if let Some(check) = report::per_file_check(&rows, &specs) {

@@ -105,16 +105,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
         started.elapsed().as_secs(),
         gluster.startup.as_secs_f64(),
     );
-    for spec in &specs {
-        writeln!(
-            out,
-            "Daemon {}: `{}` ({} request queue(s))  ",
-            if spec.side == Side::A { "A" } else { "B" },
-            spec.cmd.command_line(),
-            spec.max_queues
-        )
-        .unwrap();
-    }
+    out.push_str(&report::daemon_lines(&specs));
     out.push('\n');
     out.push_str(&report::table(&rows, &specs, shape));
     if specs.len() > 2 {

@@ -3,6 +3,21 @@
 
 use super::*;
 
+/// The report's `Daemon A: `CMD` (N request queue(s))` lines, one per daemon.
+pub fn daemon_lines(specs: &[DaemonSpec]) -> String {
+    specs
+        .iter()
+        .map(|spec| {
+            format!(
+                "Daemon {}: `{}` ({} request queue(s))  \n",
+                if spec.side == Side::A { "A" } else { "B" },
+                spec.cmd.command_line(),
+                spec.max_queues
+            )
+        })
+        .collect()
+}
+
 /// The table; `shape(config, max_queues)` is how a daemon was driven in a configuration.
 pub(super) fn table(
     rows: &[Row],
