@@ -228,6 +228,63 @@ fn host_changes_to_the_directory_are_seen() {
     );
 }
 
+/// A guest that looks names up in another case again and again (a program that spells its
+/// files its own way): the daemon then reads the directory's kept names first and skips the
+/// exact lookup that would fail. The answers stay those of the exact-first order: an exact
+/// name wins over a case-alike one, the first in byte order among several, names the host adds
+/// or removes meanwhile are seen, a name in no case is ENOENT.
+#[test]
+fn lookups_in_another_case_in_a_row_answer_as_exact_first() {
+    let s = Session::start(&[CI]);
+    let c = &s.client;
+    for n in ["foo", "Foo", "FOO", "Bar.txt", "Other.txt"] {
+        fs::write(s.shared.join(n), n.as_bytes()).unwrap();
+    }
+    let in_another_case = || {
+        for _ in 0..8 {
+            assert_eq!(
+                read(&s, c.lookup(ROOT, "OTHER.TXT").unwrap().nodeid),
+                b"Other.txt"
+            );
+        }
+    };
+    for n in ["foo", "Foo", "FOO"] {
+        in_another_case();
+        assert_eq!(
+            read(&s, c.lookup(ROOT, n).unwrap().nodeid),
+            n.as_bytes(),
+            "exact {n}"
+        );
+    }
+    in_another_case();
+    assert_eq!(read(&s, c.lookup(ROOT, "fOO").unwrap().nodeid), b"FOO");
+    in_another_case();
+    assert_eq!(c.lookup(ROOT, "nothing").err(), Some(libc::ENOENT));
+    // The host adds the exact name: it wins from the next lookup on.
+    in_another_case();
+    fs::write(s.shared.join("BAR.TXT"), b"exact").unwrap();
+    for _ in 0..4 {
+        assert_eq!(
+            read(&s, c.lookup(ROOT, "BAR.TXT").unwrap().nodeid),
+            b"exact"
+        );
+    }
+    // The host adds a name and removes another.
+    in_another_case();
+    fs::write(s.shared.join("Late.txt"), b"late").unwrap();
+    fs::remove_file(s.shared.join("Bar.txt")).unwrap();
+    assert_eq!(
+        read(&s, c.lookup(ROOT, "LATE.TXT").unwrap().nodeid),
+        b"late"
+    );
+    assert_eq!(
+        c.lookup(ROOT, "bar.txt").unwrap().nodeid,
+        c.lookup(ROOT, "BAR.TXT").unwrap().nodeid
+    );
+    fs::remove_file(s.shared.join("BAR.TXT")).unwrap();
+    assert_eq!(c.lookup(ROOT, "bar.TXT").err(), Some(libc::ENOENT));
+}
+
 #[test]
 fn without_the_option_case_matters() {
     let s = Session::start(&[]);

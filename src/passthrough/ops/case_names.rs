@@ -5,7 +5,10 @@
 //!   nothing more); on ENOENT, the names of the directory that fold alike
 //!   (`policy/case_fold.rs`), from its listing (`state/dir_names.rs`). Several host names that
 //!   fold alike (`foo` and `FOO`, made on the host): the first in byte order, and one warning
-//!   per directory and listing.
+//!   per directory and listing. A thread whose LOOKUPs are mostly by another case
+//!   (`streaks::OTHER_CASE_NAME`) reads the listing first instead, and skips the exact `statx`
+//!   that would fail when the listing, current as of the directory's stamp, does not hold the
+//!   name: the exact name still wins when it is there.
 //! - CREATE, MKNOD, MKDIR, SYMLINK, LINK: EEXIST when another name of the directory folds
 //!   alike (CREATE without O_EXCL opens that file instead), checked and made under the
 //!   directory's listing lock, so creators of `foo` and `FOO` on several queues at once cannot
@@ -24,7 +27,9 @@ use crate::passthrough::policy::case_fold;
 use crate::passthrough::state::dir_names::{stamp_of, Listing, Stamp};
 use crate::passthrough::state::inode_table::Inode;
 use crate::passthrough::sys;
-use crate::sync::lock;
+use std::sync::atomic::Ordering;
+
+use crate::sync::{read, write};
 
 /// FS_CASEFOLD_FL (linux/fs.h): the directory's names are case-insensitive on the host.
 const FS_CASEFOLD_FL: u32 = 0x4000_0000;
@@ -47,8 +52,28 @@ impl PassthroughFs {
         Ok(stamp_of(&st))
     }
 
+    /// Reads the directory's names into `l` unless it is current as of `stamp`.
+    fn refill(&self, l: &mut Listing, dirfd: BorrowedFd, stamp: Stamp) -> io::Result<()> {
+        if l.is_current(&stamp) {
+            return Ok(());
+        }
+        let open = sys::reopen(
+            self.proc_self_fd.as_fd(),
+            dirfd,
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        )?;
+        let host_folds = sys::fd::inode_flags(open.as_fd()).is_ok_and(|f| f & FS_CASEFOLD_FL != 0);
+        let names = if host_folds {
+            Vec::new()
+        } else {
+            sys::fd::read_names(open.as_fd())?
+        };
+        l.fill(stamp, host_folds, names.iter().map(|n| &**n), folded);
+        Ok(())
+    }
+
     /// Runs `f` on the directory's listing, current as of the stamp it is given (read again
-    /// when the directory changed), under the listing's lock.
+    /// when the directory changed), under the listing's write lock: the lock of creations.
     fn with_listing<T>(
         &self,
         dir: &Inode,
@@ -56,62 +81,64 @@ impl PassthroughFs {
         f: impl FnOnce(&mut Listing, Stamp) -> io::Result<T>,
     ) -> io::Result<T> {
         let listing = self.dir_names.listing(dir.key);
-        let mut l = lock(&listing);
+        let mut l = write(&listing);
         let stamp = self.dir_stamp(dirfd)?;
-        if !l.is_current(&stamp) {
-            let open = sys::reopen(
-                self.proc_self_fd.as_fd(),
-                dirfd,
-                libc::O_RDONLY | libc::O_DIRECTORY,
-            )?;
-            let host_folds =
-                sys::fd::inode_flags(open.as_fd()).is_ok_and(|f| f & FS_CASEFOLD_FL != 0);
-            let names = if host_folds {
-                Vec::new()
-            } else {
-                sys::fd::read_names(open.as_fd())?
-            };
-            l.fill(stamp, host_folds, names.iter().map(|n| &**n), folded);
-        }
+        self.refill(&mut l, dirfd, stamp)?;
         f(&mut l, stamp)
     }
 
-    /// The host names of the directory other than `name` that fold as `name` does, in byte
-    /// order (none when the host folds the directory itself).
-    fn alike(l: &Listing, name: &[u8]) -> Vec<CString> {
+    /// Of the host names of the directory other than `name` that fold as `name` does: the
+    /// first in byte order and how many there are (none when the host folds the directory
+    /// itself, or, unless `missing`, when `name` itself is one of them: the exact name wins).
+    fn alike(l: &Listing, name: &[u8], missing: bool) -> (Option<CString>, usize) {
         if l.host_folds {
-            return Vec::new();
+            return (None, 0);
         }
         let f = case_fold::fold(name);
-        l.alike(&f, |n| n != name && case_fold::fold(n) == f)
-            .into_iter()
-            .map(|n| CString::new(n).expect("a directory entry has no NUL"))
-            .collect()
+        let mut exact = false;
+        let (first, count) = l.alike(&f, |n| {
+            exact |= n == name;
+            n != name && case_fold::folds_to(n, &f)
+        });
+        if exact && !missing {
+            return (None, 0);
+        }
+        let first = first.map(|n| CString::new(n).expect("a directory entry has no NUL"));
+        (first, count)
     }
 
-    /// The name on the host that `name`, which does not exist as given, stands for.
+    /// The name on the host that `name` stands for when it is not itself a name of the
+    /// directory: `missing` when the host just answered ENOENT for it, else as the kept names
+    /// say (AsGiven when they hold `name` itself). The directory's stamp is taken first and a
+    /// listing current as of it is only read, so lookups in one directory run side by side; a
+    /// listing that is not current is read again under the write lock.
     pub(in crate::passthrough) fn case_alike(
         &self,
         dir: &Inode,
         dirfd: BorrowedFd,
         name: &CStr,
+        missing: bool,
     ) -> io::Result<HostName> {
-        self.with_listing(dir, dirfd, |l, _| {
-            let mut found = Self::alike(l, name.to_bytes());
-            if found.len() > 1 && !l.warned {
-                l.warned = true;
+        let stamp = self.dir_stamp(dirfd)?;
+        let listing = self.dir_names.listing(dir.key);
+        let current = read(&listing);
+        let (found, count) = if current.is_current(&stamp) {
+            Self::alike(&current, name.to_bytes(), missing)
+        } else {
+            drop(current);
+            let mut l = write(&listing);
+            self.refill(&mut l, dirfd, stamp)?;
+            Self::alike(&l, name.to_bytes(), missing)
+        };
+        if let Some(used) = found.as_ref().filter(|_| count > 1) {
+            if !read(&listing).warned.swap(true, Ordering::Relaxed) {
                 log::warn!(
-                    "--case-insensitive: {} names in one directory fold as {:?}; {:?} is used",
-                    found.len(),
-                    name,
-                    found[0]
+                    "--case-insensitive: {count} names in one directory fold as {name:?}; \
+                     {used:?} is used"
                 );
             }
-            Ok(match found.len() {
-                0 => HostName::AsGiven,
-                _ => HostName::Alike(found.swap_remove(0)),
-            })
-        })
+        }
+        Ok(found.map_or(HostName::AsGiven, HostName::Alike))
     }
 
     /// The existing name on the host `name` stands for: itself if it exists, else a name
@@ -124,7 +151,7 @@ impl PassthroughFs {
     ) -> io::Result<std::borrow::Cow<'a, CStr>> {
         match sys::statx(dirfd, name, 0, libc::STATX_INO) {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                match self.case_alike(dir, dirfd, name)? {
+                match self.case_alike(dir, dirfd, name, true)? {
                     HostName::Alike(n) => Ok(std::borrow::Cow::Owned(n)),
                     HostName::AsGiven => Err(e),
                 }
@@ -150,9 +177,9 @@ impl PassthroughFs {
             return Ok((make(name)?, None));
         }
         self.with_listing(dir, dirfd, |l, before| {
-            let alike = Self::alike(l, name.to_bytes());
+            let (alike, _) = Self::alike(l, name.to_bytes(), true);
             let exact = sys::statx(dirfd, name, 0, libc::STATX_INO).is_ok();
-            let target: &CStr = match alike.first() {
+            let target: &CStr = match &alike {
                 Some(other) if !exact && open_alike => other,
                 Some(_) => return Err(err(libc::EEXIST)),
                 None => name,
@@ -203,8 +230,8 @@ impl PassthroughFs {
         let same_dir = olddir.nodeid == newdir.nodeid;
         let r = self.with_listing(newdir, newfd, |l, _| {
             let exact = sys::statx(newfd, newname, 0, libc::STATX_INO).is_ok();
-            let alike = Self::alike(l, newname.to_bytes());
-            let r = match alike.first() {
+            let (alike, _) = Self::alike(l, newname.to_bytes(), true);
+            let r = match &alike {
                 // The target's own name exists, or nothing folds alike: as without the option.
                 _ if exact || flags & libc::RENAME_EXCHANGE != 0 => rename(&old, newname, flags),
                 None => rename(&old, newname, flags),
@@ -220,7 +247,7 @@ impl PassthroughFs {
             r
         });
         if !same_dir {
-            lock(&self.dir_names.listing(olddir.key)).drop_names();
+            write(&self.dir_names.listing(olddir.key)).drop_names();
         }
         r
     }

@@ -7,6 +7,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::case_names::HostName;
+use super::streaks::{KNOWN_INODE, OTHER_CASE_NAME};
 use crate::passthrough::config::InodeFileHandles;
 use crate::passthrough::filesystem::{check_name, err, PassthroughFs, FUSE_ATTR_SUBMOUNT};
 use crate::passthrough::request_types::{Context, Entry};
@@ -279,28 +280,48 @@ impl PassthroughFs {
             b".." => return Ok(self.lookup_by_fd(&dir, fd.as_fd(), c"..")?.0),
             _ => check_name(name)?,
         }
+        if !self.cfg.case_insensitive {
+            return self.lookup_name(&dir, fd.as_fd(), name);
+        }
+        // A thread whose last lookups were by another case reads the kept names first (the
+        // exact name wins there too); else the exact name first, as without the option.
+        let listed_first = OTHER_CASE_NAME.likely();
+        if listed_first {
+            if let HostName::Alike(host) = self.case_alike(&dir, fd.as_fd(), name, false)? {
+                OTHER_CASE_NAME.saw(true);
+                return self.lookup_name(&dir, fd.as_fd(), &host);
+            }
+        }
         match self.lookup_name(&dir, fd.as_fd(), name) {
-            Err(e) if self.cfg.case_insensitive && e.raw_os_error() == Some(libc::ENOENT) => {
-                match self.case_alike(&dir, fd.as_fd(), name)? {
-                    HostName::Alike(host) => self.lookup_name(&dir, fd.as_fd(), &host),
+            // The kept names, current a moment ago, had no other case of it either.
+            Err(e) if listed_first => Err(e),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                match self.case_alike(&dir, fd.as_fd(), name, true)? {
+                    HostName::Alike(host) => {
+                        OTHER_CASE_NAME.saw(true);
+                        self.lookup_name(&dir, fd.as_fd(), &host)
+                    }
                     HostName::AsGiven => Err(e),
                 }
             }
-            r => r,
+            r => {
+                OTHER_CASE_NAME.saw(false);
+                r
+            }
         }
     }
 
     /// LOOKUP of `name` as it is on the host in `dir` (open as `fd`).
     fn lookup_name(&self, dir: &Inode, fd: BorrowedFd, name: &CStr) -> io::Result<Entry> {
-        if self.cfg.inode_file_handles != InodeFileHandles::Never && known_streak::likely() {
+        if self.cfg.inode_file_handles != InodeFileHandles::Never && KNOWN_INODE.likely() {
             let st = sys::statx(fd, name, 0, sys::STATX_WANTED)?;
             if let Some(e) = self.lookup_known(dir, fd, name, st)? {
-                known_streak::saw(true);
+                KNOWN_INODE.saw(true);
                 return Ok(e);
             }
         }
         let (e, held) = self.lookup_by_fd(dir, fd, name)?;
-        known_streak::saw(held);
+        KNOWN_INODE.saw(held);
         Ok(e)
     }
 
@@ -330,7 +351,7 @@ impl PassthroughFs {
 
     /// A LOOKUP of a name whose inode the guest already holds by file handle, answered without
     /// opening the name (`statx` and `name_to_handle_at` of it, where a lookup by an opened fd
-    /// makes four syscalls; tried when [`known_streak`] expects such a name, since for a new
+    /// makes four syscalls; tried when [`KNOWN_INODE`] expects such a name, since for a new
     /// inode the `statx` is one syscall more): `st`, the name's `statx`, finds the inode by its key, and the
     /// name's handle, equal to the inode's, shows that the name is that very file, not another
     /// with the number of a deleted one (handles carry a generation). `None` when the name is
@@ -396,36 +417,4 @@ impl Found<'_> {
 /// An O_PATH fd on the file `file` is open on (not a symlink: CREATE opens with `O_NOFOLLOW`).
 fn found_path(proc_self_fd: BorrowedFd, file: BorrowedFd) -> io::Result<OwnedFd> {
     sys::reopen(proc_self_fd, file, libc::O_PATH)
-}
-
-/// Whether a thread's next LOOKUP is likely of an inode the guest holds already (a revalidation,
-/// a `stat` again), so that [`PassthroughFs::lookup_known`] is worth trying first; a walk of new
-/// names (a first `ls -l`, a LOOKUP after FORGET) goes straight to the lookup by fd. Per thread,
-/// so queue threads share no counter.
-mod known_streak {
-    use std::cell::Cell;
-
-    /// The count saturates here (either way): it turns after a few lookups of the other kind.
-    const BOUND: i8 = 4;
-
-    thread_local! {
-        /// Up by one for each LOOKUP that found an inode the guest held, down by one for each
-        /// new inode.
-        static STREAK: Cell<i8> = const { Cell::new(0) };
-    }
-
-    pub(in crate::passthrough) fn likely() -> bool {
-        STREAK.with(|s| s.get() >= 0)
-    }
-
-    pub(in crate::passthrough) fn saw(held: bool) {
-        STREAK.with(|s| {
-            let v = s.get();
-            s.set(if held {
-                (v + 1).min(BOUND)
-            } else {
-                (v - 1).max(-BOUND)
-            });
-        });
-    }
 }

@@ -8,4 +8,5 @@ mod guest_view;
 pub mod labels;
 mod lookups;
 mod setattr;
+mod streaks;
 mod xattrs;

@@ -48,12 +48,34 @@ pub fn fold(name: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(s.chars().map(fold_char).collect::<String>().into_bytes())
 }
 
+/// Whether `name` folds to `folded` (a [`fold`] result), without building its folded form.
+pub fn folds_to(name: &[u8], folded: &[u8]) -> bool {
+    match std::str::from_utf8(name) {
+        Ok(s) if !name.is_ascii() => {
+            let Ok(f) = std::str::from_utf8(folded) else {
+                return false;
+            };
+            s.chars().map(fold_char).eq(f.chars())
+        }
+        _ => {
+            name.len() == folded.len()
+                && name
+                    .iter()
+                    .zip(folded)
+                    .all(|(a, b)| a.to_ascii_lowercase() == *b)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn same(a: &[u8], b: &[u8]) -> bool {
-        fold(a) == fold(b)
+        let same = fold(a) == fold(b);
+        assert_eq!(folds_to(a, &fold(b)), same, "{a:?} {b:?}");
+        assert_eq!(folds_to(b, &fold(a)), same, "{a:?} {b:?}");
+        same
     }
 
     #[test]

@@ -8,10 +8,12 @@
 //!   folded in under the listing's lock ([`Listing::changed`]) when the stamp had not moved
 //!   before them, so a guest that copies 1,000 files into a folder does not re-read it 1,000
 //!   times.
-//! - The listing's mutex is also the directory's lock for `--case-insensitive` creations: a
-//!   check that no other name folds alike and the creation run under it, so two creators of
-//!   `foo` and `FOO` on two queues cannot both succeed. A host process creating at the same
-//!   moment is not held by it.
+//! - The listing's lock, taken for writing, is also the directory's lock for
+//!   `--case-insensitive` creations: a check that no other name folds alike and the creation run
+//!   under it, so two creators of `foo` and `FOO` on two queues cannot both succeed. A host
+//!   process creating at the same moment is not held by it. Lookups by another case only read a
+//!   current listing, so they run side by side (queues and pool threads looking up in one
+//!   folder do not wait on each other).
 //! - At most [`MAX_DIRS`] listings are kept (the least recently used goes first); a listing
 //!   costs about 60 bytes per name (the name, its hash, the map's slot).
 //! - A directory that is case-insensitive on the host (ext4/f2fs `chattr +F`, FS_CASEFOLD_FL)
@@ -19,10 +21,11 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use super::host_inode::InodeKey;
-use crate::sync::lock;
+use crate::sync::{read, write};
 
 /// Listings kept at most.
 pub const MAX_DIRS: usize = 64;
@@ -45,8 +48,8 @@ pub struct Listing {
     stamp: Option<Stamp>,
     /// The host folds names itself: nothing is kept.
     pub host_folds: bool,
-    /// Several names folding alike were warned about (once per listing).
-    pub warned: bool,
+    /// Several names folding alike were warned about (once per listing; set by readers).
+    pub warned: AtomicBool,
     by_fold: HashMap<u64, Vec<Box<[u8]>>>,
     hasher: std::hash::RandomState,
 }
@@ -73,7 +76,7 @@ impl Listing {
     ) {
         self.by_fold.clear();
         self.host_folds = host_folds;
-        self.warned = false;
+        self.warned.store(false, Ordering::Relaxed);
         if !host_folds {
             for n in names {
                 let h = self.hash(&fold(n));
@@ -84,19 +87,23 @@ impl Listing {
         self.stamp = Some(stamp);
     }
 
-    /// The names whose folded form is `folded` (`same` tells a real match from a hash
-    /// collision), in byte order: the choice among several is deterministic.
-    pub fn alike(&self, folded: &[u8], same: impl Fn(&[u8]) -> bool) -> Vec<&[u8]> {
-        let mut v: Vec<&[u8]> = self
-            .by_fold
-            .get(&self.hash(folded))
-            .into_iter()
-            .flatten()
-            .map(|n| &**n)
-            .filter(|n| same(n))
-            .collect();
-        v.sort_unstable();
-        v
+    /// Of the names whose folded form is `folded` (`same` tells a real match from a hash
+    /// collision): the first in byte order, so that the choice among several is
+    /// deterministic, and how many there are.
+    pub fn alike(
+        &self,
+        folded: &[u8],
+        mut same: impl FnMut(&[u8]) -> bool,
+    ) -> (Option<&[u8]>, usize) {
+        let mut first: Option<&[u8]> = None;
+        let mut count = 0;
+        for n in self.by_fold.get(&self.hash(folded)).into_iter().flatten() {
+            if same(n) {
+                count += 1;
+                first = Some(first.map_or(&**n, |f| f.min(&**n)));
+            }
+        }
+        (first, count)
     }
 
     /// After the daemon's own change of the directory: `added` and `removed` names (folded as
@@ -144,44 +151,47 @@ impl Listing {
 }
 
 /// A listing and when it was last used (the [`DirNames`] clock).
-type Kept = (u64, Arc<Mutex<Listing>>);
+type Kept = (AtomicU64, Arc<RwLock<Listing>>);
 
 /// The listings, by directory.
 #[derive(Default)]
 pub struct DirNames {
-    dirs: Mutex<HashMap<InodeKey, Kept>>,
-    clock: std::sync::atomic::AtomicU64,
+    dirs: RwLock<HashMap<InodeKey, Kept>>,
+    clock: AtomicU64,
 }
 
 impl DirNames {
-    /// The listing of the directory `key` (a new, empty one if it has none).
-    pub fn listing(&self, key: InodeKey) -> Arc<Mutex<Listing>> {
-        let now = self
-            .clock
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut dirs = lock(&self.dirs);
-        if let Some((used, l)) = dirs.get_mut(&key) {
-            *used = now;
+    /// The listing of the directory `key` (a new, empty one if it has none). A directory
+    /// already kept is found under the read lock.
+    pub fn listing(&self, key: InodeKey) -> Arc<RwLock<Listing>> {
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        if let Some((used, l)) = read(&self.dirs).get(&key) {
+            used.store(now, Ordering::Relaxed);
+            return Arc::clone(l);
+        }
+        let mut dirs = write(&self.dirs);
+        if let Some((used, l)) = dirs.get(&key) {
+            used.store(now, Ordering::Relaxed);
             return Arc::clone(l);
         }
         if dirs.len() >= MAX_DIRS {
             let oldest = dirs
                 .iter()
-                .min_by_key(|(_, (used, _))| *used)
+                .min_by_key(|(_, (used, _))| used.load(Ordering::Relaxed))
                 .map(|(k, _)| *k);
             if let Some(k) = oldest {
                 dirs.remove(&k);
             }
         }
-        let l = Arc::new(Mutex::new(Listing::default()));
-        dirs.insert(key, (now, Arc::clone(&l)));
+        let l = Arc::new(RwLock::new(Listing::default()));
+        dirs.insert(key, (AtomicU64::new(now), Arc::clone(&l)));
         l
     }
 
     /// Listings kept.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        lock(&self.dirs).len()
+        read(&self.dirs).len()
     }
 }
 
@@ -201,13 +211,17 @@ mod tests {
         l.fill(s0, false, names.into_iter(), fold);
         assert!(l.is_current(&s0));
         let same = |n: &[u8]| fold(n) == b"foo";
-        assert_eq!(l.alike(b"foo", same), [&b"Foo"[..], b"foo"]);
+        assert_eq!(l.alike(b"foo", same), (Some(&b"Foo"[..]), 2));
         // Our own create while the stamp had not moved: folded in.
         let s1 = [(2, 0), (2, 0)];
         l.changed(&s0, s1, Some(b"Baz"), Some(b"Foo"), fold);
         assert!(l.is_current(&s1));
-        assert_eq!(l.alike(b"baz", |n| fold(n) == b"baz"), [&b"Baz"[..]]);
-        assert_eq!(l.alike(b"foo", same), [&b"foo"[..]]);
+        assert_eq!(
+            l.alike(b"baz", |n| fold(n) == b"baz"),
+            (Some(&b"Baz"[..]), 1)
+        );
+        assert_eq!(l.alike(b"foo", same), (Some(&b"foo"[..]), 1));
+        assert_eq!(l.alike(b"qux", |n| fold(n) == b"qux"), (None, 0));
         // The host changed it in between: dropped.
         l.changed(&[(9, 9), (9, 9)], [(3, 0), (3, 0)], Some(b"x"), None, fold);
         assert!(!l.is_current(&[(3, 0), (3, 0)]));
