@@ -319,6 +319,9 @@ impl VhostFsBackend {
     ) {
         let Some(pool) = &self.inner.pool else { return };
         let most = match help {
+            // As many threads drain on CPUs as there are CPUs (several queues busy at once):
+            // one more would only take CPU time from them.
+            Help::Busy if self.inner.lingering.threads_draining() >= pool.cpu_bound() => return,
             Help::Busy => pool.cpu_bound(),
             Help::Waiting => pool.size(),
         };

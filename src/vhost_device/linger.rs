@@ -88,6 +88,11 @@ impl Lingering {
         Draining(&self.draining)
     }
 
+    /// Threads inside a drain right now, of every queue.
+    pub(super) fn threads_draining(&self) -> usize {
+        self.draining.load(Ordering::SeqCst)
+    }
+
     /// After a drain of queue `queue`, calls `look` until it answers (`Some`), for at most
     /// [`LINGER`]: `Some(true)` when a chain is waiting, `Some(false)` when the thread must not
     /// wait for one (the queue stopped, the device paused). `false` at once when another thread
