@@ -66,7 +66,9 @@ fn voluntary_switches() -> i64 {
 #[derive(Clone, Copy)]
 enum Help {
     /// A backlog of requests that keep a thread on a CPU: at most one pool thread per CPU
-    /// ([`crate::worker_pool::WorkerPool::cpu_bound`]) helps, more would only contend.
+    /// ([`crate::worker_pool::WorkerPool::cpu_bound`]) helps, more would only contend; and
+    /// none while as many threads drain (queue threads of busy queues included) as there are
+    /// CPUs.
     Busy,
     /// Requests that wait, blocked (for the host filesystem, or stuck): up to the whole pool, one
     /// thread per waiting request, since a blocked thread uses no CPU.
