@@ -178,15 +178,23 @@ fn client_reaches(w: &WindowsClient, s: &Session, a: &Opened, name: &str, bytes:
     o.nodeid
 }
 
-#[test]
-fn a_held_node_is_not_handed_out_after_the_host_deletes_its_file() {
+/// Runs `test` in every file-handle mode, one test of this file at a time, on a share holding
+/// `a.txt`, held by the Windows client ([`held_file`]): `test(mode, pinned, ...)`, `pinned`
+/// when the daemon keeps the deleted inode open (`never`).
+fn in_every_mode(test: impl Fn(&str, bool, &Session, &WindowsClient, &Opened)) {
     let _one = one_at_a_time();
     for args in MODES {
         let mode = args.join(" ");
-        let pinned = mode.ends_with("never");
         let (s, w, a) = held_file(args);
+        test(&mode, mode.ends_with("never"), &s, &w, &a);
+    }
+}
+
+#[test]
+fn a_held_node_is_not_handed_out_after_the_host_deletes_its_file() {
+    in_every_mode(|mode, pinned, s, w, a| {
         fs::remove_file(s.shared.join("a.txt")).unwrap();
-        let made = host_makes_files(&s, a.attr.ino, pinned);
+        let made = host_makes_files(s, a.attr.ino, pinned);
         // The file with the number (or, kept by `never`, a new file) takes A's name too.
         let new = match &made {
             Some((name, bytes)) => {
@@ -198,41 +206,33 @@ fn a_held_node_is_not_handed_out_after_the_host_deletes_its_file() {
                 b"a new a.txt".to_vec()
             }
         };
-        client_reaches(&w, &s, &a, "a.txt", &new);
-        old_node_is_not_the_new_file(&s.client, &a, made.is_some(), &mode);
+        client_reaches(w, s, a, "a.txt", &new);
+        old_node_is_not_the_new_file(&s.client, a, made.is_some(), mode);
         assert_eq!(w.errors(), [].into(), "{mode}");
-    }
+    });
 }
 
 #[test]
 fn a_held_node_is_not_handed_out_after_the_host_renames_a_file_over_it() {
-    let _one = one_at_a_time();
-    for args in MODES {
-        let mode = args.join(" ");
-        let pinned = mode.ends_with("never");
-        let (s, w, a) = held_file(args);
+    in_every_mode(|mode, pinned, s, w, a| {
         fs::write(s.shared.join("b.txt"), b"file B").unwrap();
         fs::rename(s.shared.join("b.txt"), s.shared.join("a.txt")).unwrap();
-        let b = client_reaches(&w, &s, &a, "a.txt", b"file B");
-        let made = host_makes_files(&s, a.attr.ino, pinned);
+        let b = client_reaches(w, s, a, "a.txt", b"file B");
+        let made = host_makes_files(s, a.attr.ino, pinned);
         if let Some((name, bytes)) = &made {
-            let n = client_reaches(&w, &s, &a, name, bytes);
+            let n = client_reaches(w, s, a, name, bytes);
             assert_ne!(n, b, "{mode}");
         }
-        old_node_is_not_the_new_file(&s.client, &a, made.is_some(), &mode);
+        old_node_is_not_the_new_file(&s.client, a, made.is_some(), mode);
         assert_eq!(w.errors(), [].into(), "{mode}");
-    }
+    });
 }
 
 #[test]
 fn a_held_node_is_not_handed_out_to_the_clients_own_create() {
-    let _one = one_at_a_time();
     // The service's CREATE fails when it returns a node ID the service holds (L693): its
     // copy of a file would fail after the file exists.
-    for args in MODES {
-        let mode = args.join(" ");
-        let pinned = mode.ends_with("never");
-        let (s, w, a) = held_file(args);
+    in_every_mode(|mode, pinned, s, w, a| {
         fs::write(s.shared.join("b.txt"), b"file B").unwrap();
         fs::rename(s.shared.join("b.txt"), s.shared.join("a.txt")).unwrap();
         let share = s.shared.path();
@@ -245,14 +245,14 @@ fn a_held_node_is_not_handed_out_to_the_clients_own_create() {
         });
         if let Some(i) = made {
             let name = format!("copy-{i}");
-            client_reaches(&w, &s, &a, &name, name.as_bytes());
+            client_reaches(w, s, a, &name, name.as_bytes());
         }
-        old_node_is_not_the_new_file(&s.client, &a, made.is_some(), &mode);
+        old_node_is_not_the_new_file(&s.client, a, made.is_some(), mode);
         assert_eq!(
             w.errors(),
             [(FUSE_LOOKUP, w.replies()[&FUSE_CREATE])].into()
         );
-    }
+    });
 }
 
 /// A ramfs at `at` (a directory of the share), detached on drop.
