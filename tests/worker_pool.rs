@@ -130,8 +130,10 @@ fn fast_requests_overtake_a_blocked_one() {
     for round in 0..2 {
         let (slow, _, fast) =
             open_fifo_amid_getattrs(&client, &share.join("fifo"), node, block, (0, 16));
+        // The writer's clock starts just before the requests are published (a CI run saw the
+        // OPEN answered 297.9 ms after it was sent): "blocked" is most of `block`.
         assert!(
-            slow >= block,
+            slow >= block - block / 10,
             "round {round}: the OPEN of a FIFO blocks: {slow:?}"
         );
         assert!(
