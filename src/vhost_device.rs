@@ -51,6 +51,7 @@ use crate::on_demand::OnDemand;
 use crate::stall_watch::StallWatch;
 use crate::worker_pool::WorkerPool;
 
+mod busy_queues;
 mod device_fds;
 mod device_state;
 mod dirty_log;
@@ -138,6 +139,8 @@ struct Inner {
     paused: AtomicBool,
     /// Which threads drain a queue, and whether one lingers after its drain.
     lingering: linger::Lingering,
+    /// Which queues are busy (a backlog's helper on the CPUs comes only while fewer are).
+    busy_queues: busy_queues::BusyQueues,
     /// The worker whose epoll watches the kicks no queue thread holds ([`kick`]).
     worker: OnceLock<std::sync::Weak<kick::Worker>>,
 }
@@ -187,6 +190,7 @@ impl VhostFsBackend {
             transfer: Mutex::new(None),
             paused: AtomicBool::new(false),
             lingering: linger::Lingering::default(),
+            busy_queues: busy_queues::BusyQueues::new(queues),
             worker: OnceLock::new(),
         });
         let weak = Arc::downgrade(&inner);

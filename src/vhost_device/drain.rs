@@ -67,8 +67,8 @@ fn voluntary_switches() -> i64 {
 enum Help {
     /// A backlog of requests that keep a thread on a CPU: at most one pool thread per CPU
     /// ([`crate::worker_pool::WorkerPool::cpu_bound`]) helps, more would only contend; and
-    /// none while as many threads drain (queue threads of busy queues included) as there are
-    /// CPUs.
+    /// none while as many threads drain (queue threads of busy queues included), or as many
+    /// queues are busy ([`super::busy_queues`]), as there are CPUs.
     Busy,
     /// Requests that wait, blocked (for the host filesystem, or stuck): up to the whole pool, one
     /// thread per waiting request, since a blocked thread uses no CPU.
@@ -174,6 +174,7 @@ impl VhostFsBackend {
         own: bool,
     ) -> io::Result<u32> {
         let _draining = self.inner.lingering.draining(queue);
+        let _serving = self.inner.busy_queues.serving(queue);
         let mut count = 0;
         let gauges = &self.inner.gauges;
         // One snapshot of the memory map per drain: a chain popped under it is served under it,
@@ -330,7 +331,12 @@ impl VhostFsBackend {
         let most = match help {
             // As many threads drain on CPUs as there are CPUs (several queues busy at once):
             // one more would only take CPU time from them.
-            Help::Busy if self.inner.lingering.threads_draining() >= pool.cpu_bound() => return,
+            Help::Busy
+                if self.inner.lingering.threads_draining() >= pool.cpu_bound()
+                    || self.inner.busy_queues.busy() >= pool.cpu_bound() =>
+            {
+                return
+            }
             Help::Busy => pool.cpu_bound(),
             Help::Waiting => pool.size(),
         };
