@@ -216,6 +216,13 @@ impl Gluster {
         self.dir.path()
     }
 
+    /// A fresh directory `name` on mount A (the share) and the same directory seen on mount B.
+    pub fn share_dirs(&self, name: &str) -> (PathBuf, PathBuf) {
+        let a = self.mount_a.join(name);
+        fs::create_dir(&a).unwrap();
+        (a, self.mount_b.join(name))
+    }
+
     fn cli(&self, args: &[&str]) -> Option<super::daemon::Outcome> {
         let mut cmd = Command::new("gluster");
         cmd.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -435,4 +442,10 @@ impl Drop for Gluster {
         }
         eprintln!("gluster: torn down in {:.2?}", t0.elapsed());
     }
+}
+
+/// Makes the host's kernel forget what it caches (dentries, inodes, pages), as memory pressure
+/// does on its own.
+pub fn drop_host_caches() {
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
 }

@@ -16,6 +16,7 @@ pub mod guest_memory;
 pub mod hold;
 pub mod mount;
 pub mod rng;
+pub mod served;
 pub mod session;
 pub mod smoke;
 pub mod temp_dir;
