@@ -112,6 +112,8 @@ pub fn run(args: &Args) -> Result<bool, String> {
         out.push('\n');
         out.push_str(&each_setting(&rows, &specs));
     }
+    out.push('\n');
+    out.push_str(&host_busy(&rows, &specs));
     if !errors.is_empty() {
         writeln!(out, "\n{} run(s) failed:", errors.len()).unwrap();
         for e in &errors {
@@ -161,6 +163,35 @@ fn each_setting(rows: &[crate::Row], specs: &[DaemonSpec]) -> String {
             let range = round_ratios(&row.runs[a], &row.runs[b], |m| m.ops_per_sec)
                 .map_or(String::new(), |(lo, hi)| format!(" ({lo:.2}–{hi:.2})"));
             write!(out, " {} | {:.2}{range} |", fmt_rate(rb), ra / rb).unwrap();
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// How busy the host's CPUs were during each phase (all processes: the daemon, the test guest,
+/// GlusterFS's client and bricks), median round of each daemon setting: a phase at ~100 % is
+/// bound by the machine's CPUs, which more requests in flight cannot overlap.
+fn host_busy(rows: &[crate::Row], specs: &[DaemonSpec]) -> String {
+    let mut out = String::from("| workload | queues |");
+    for spec in specs {
+        write!(out, " host CPUs busy, {} {} |", spec.cmd.name(), spec.tag).unwrap();
+    }
+    out.push_str(&format!("\n|---|---|{}\n", "---|".repeat(specs.len())));
+    for row in rows {
+        let a = specs.iter().position(|s| s.side == Side::A).unwrap();
+        write!(
+            out,
+            "| {} | {} |",
+            row.label,
+            shape(row.config, specs[a].max_queues).queues
+        )
+        .unwrap();
+        for i in 0..specs.len() {
+            match median(&row.runs[i]) {
+                Some(m) => write!(out, " {:.0} % |", m.host_busy * 100.0).unwrap(),
+                None => out.push_str(" – |"),
+            }
         }
         out.push('\n');
     }

@@ -342,11 +342,13 @@ where
             })
             .collect();
         let cpu0 = crate::shared::CpuSample::of(ctx.daemon_pid);
+        let host0 = crate::stats::HostCpu::now();
         barrier.wait();
         let start = Instant::now();
         let results: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
         let elapsed = start.elapsed();
         let cpu = crate::shared::CpuSample::of(ctx.daemon_pid).since(&cpu0);
+        let host_busy = crate::stats::HostCpu::now().busy_since(&host0);
         let mut latencies = Vec::new();
         let mut outputs = Vec::new();
         for r in results {
@@ -354,6 +356,9 @@ where
             latencies.extend(lat);
             outputs.push(out);
         }
-        Ok((Measured::new(ops, elapsed, cpu, latencies), outputs))
+        Ok((
+            Measured::new(ops, elapsed, cpu, host_busy, latencies),
+            outputs,
+        ))
     })
 }
