@@ -9,6 +9,10 @@
 //! to every LOOKUP once the host dropped its caches (a GlusterFS file handle names a FUSE node
 //! ID the host kernel forgot; issue 35 item 1).
 //!
+//! Once a round, next to the daemons' runs, the same phases are done by the host alone
+//! (`workloads/on_host.rs`: [`IN_FLIGHT`] host threads making the daemon's calls on the mount
+//! themselves): the most those calls give on this machine, whoever makes them.
+//!
 //! Every run starts a fresh daemon on the same share (CREATEs go to fresh directories per run).
 //! Needs root (`drop_caches`) and GlusterFS (`.ci/setup`); glusterd's port is the machine's, so
 //! run it under the lock other GlusterFS users of the machine take.
@@ -21,7 +25,9 @@ use crate::common::TempDir;
 use crate::report::round_ratios;
 use crate::rounds::{alternate, Results};
 use crate::shared::{machine, today};
+use crate::stats::Measured;
 use crate::stats::{fmt_rate, median};
+use crate::workloads::on_host;
 use crate::workloads::slow::{self, SlowSizes};
 use crate::workloads::Sizes;
 use crate::{default_daemons, probe_queues, report, Args, DaemonSpec, Session, Shape, Side, MQ};
@@ -66,10 +72,23 @@ pub fn run(args: &Args) -> Result<bool, String> {
 
     let mut results = Results::default();
     let mut runs = 0;
+    let mut host = HostAlone::default();
+    let first = &specs[0];
     let one_run = |spec: &DaemonSpec, config: usize, shape: Shape| {
         runs += 1;
         let name = format!("r{runs}");
         slow::prepare_run(&share, &name).map_err(|e| format!("run directories: {e}"))?;
+        if config == 0 && std::ptr::eq(spec, first) {
+            // Once a round, next to the daemons' runs: the same phases by the host alone.
+            let name = format!("h{runs}");
+            slow::prepare_run(&share, &name).map_err(|e| format!("run directories: {e}"))?;
+            let t = Instant::now();
+            match on_host::run(&share, &slow_sizes, &name, in_flight) {
+                Ok(rows) => host.add(rows),
+                Err(e) => host.errors.push(e),
+            }
+            eprintln!("gluster host alone: {:.1} s", t.elapsed().as_secs_f64());
+        }
         let dir = TempDir::new("vhostfs-bench").map_err(|e| e.to_string())?;
         let s = Session::serve(spec, &share, dir, shape)?;
         let sizes = Sizes {
@@ -82,7 +101,8 @@ pub fn run(args: &Args) -> Result<bool, String> {
         })
     };
     alternate(&specs, rounds, shape, (0, "gluster"), one_run, &mut results);
-    let Results { rows, errors } = results;
+    let Results { rows, mut errors } = results;
+    errors.append(&mut host.errors);
 
     let cmdline: Vec<String> = std::env::args()
         .skip(1)
@@ -112,6 +132,8 @@ pub fn run(args: &Args) -> Result<bool, String> {
         out.push('\n');
         out.push_str(&each_setting(&rows, &specs));
     }
+    out.push('\n');
+    out.push_str(&host.table(&rows, &specs, in_flight));
     out.push('\n');
     out.push_str(&host_busy(&rows, &specs));
     if !errors.is_empty() {
@@ -211,4 +233,66 @@ fn gluster_version() -> String {
                 .map(str::to_owned)
         })
         .unwrap_or_else(|| "glusterfs".to_owned())
+}
+
+/// The phases done by the host alone (`workloads/on_host.rs`), one run per round.
+#[derive(Default)]
+struct HostAlone {
+    /// Per phase, one measurement per successful round.
+    rows: Vec<(&'static str, Vec<Measured>)>,
+    errors: Vec<String>,
+}
+
+impl HostAlone {
+    fn add(&mut self, measured: Vec<(&'static str, Measured)>) {
+        for (label, m) in measured {
+            match self.rows.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, runs)) => runs.push(m),
+                None => self.rows.push((label, vec![m])),
+            }
+        }
+    }
+
+    /// Per phase: the host alone's median ops/s (and single-round range), each daemon's median
+    /// on 1 queue as a share of it, and the host alone over the better of daemon B's settings:
+    /// the most daemon A could reach against that daemon, had it no cost at all.
+    fn table(&self, rows: &[crate::Row], specs: &[DaemonSpec], threads: usize) -> String {
+        let mut out = format!("| workload | host alone, {threads} threads, ops/s (rounds) |");
+        for spec in specs {
+            write!(out, " {} {}, share |", spec.cmd.name(), spec.tag).unwrap();
+        }
+        let bs: Vec<usize> = (0..specs.len())
+            .filter(|&i| specs[i].side == Side::B)
+            .collect();
+        out.push_str(" host alone over the better B |\n");
+        out.push_str(&format!("|---|---|{}---|\n", "---|".repeat(specs.len())));
+        for (label, runs) in &self.rows {
+            let Some(h) = median(runs).map(|m| m.ops_per_sec) else {
+                continue;
+            };
+            let lo = runs.iter().map(|m| m.ops_per_sec).fold(f64::MAX, f64::min);
+            let hi = runs.iter().map(|m| m.ops_per_sec).fold(0.0, f64::max);
+            write!(
+                out,
+                "| {label} | {} ({}–{}) |",
+                fmt_rate(h),
+                fmt_rate(lo),
+                fmt_rate(hi)
+            )
+            .unwrap();
+            let row = rows.iter().find(|r| r.label == *label && r.config == 0);
+            let rate = |i: usize| row.and_then(|r| median(&r.runs[i])).map(|m| m.ops_per_sec);
+            for i in 0..specs.len() {
+                match rate(i) {
+                    Some(r) => write!(out, " {:.2} |", r / h).unwrap(),
+                    None => out.push_str(" – |"),
+                }
+            }
+            match bs.iter().filter_map(|&b| rate(b)).reduce(f64::max) {
+                Some(best) => writeln!(out, " {:.2} |", h / best).unwrap(),
+                None => out.push_str(" – |\n"),
+            }
+        }
+        out
+    }
 }

@@ -18,6 +18,8 @@ use crate::stats::Measured;
 mod data;
 #[path = "workloads/meta.rs"]
 mod meta;
+#[path = "workloads/on_host.rs"]
+pub mod on_host;
 #[path = "workloads/perfile.rs"]
 pub mod perfile;
 #[path = "workloads/slow.rs"]

@@ -13,17 +13,17 @@ use super::meta::{listings, lookup_req, untimed_lookup};
 use super::*;
 
 /// Directory of `SlowSizes::files` one-byte files (LOOKUP, GETATTR, READDIRPLUS).
-const FILES_DIR: &str = "files";
+pub(super) const FILES_DIR: &str = "files";
 /// Directory of the [`DATA_FILES`] data files (READ, WRITE).
-const DATA_DIR: &str = "data";
+pub(super) const DATA_DIR: &str = "data";
 /// Data files the READs and WRITEs are spread over.
-const DATA_FILES: usize = 64;
+pub(super) const DATA_FILES: usize = 64;
 /// Bytes of each data file.
-const DATA_LEN: u64 = 256 << 10;
+pub(super) const DATA_LEN: u64 = 256 << 10;
 /// Directory of the runs' CREATE directories.
-const RUNS_DIR: &str = "runs";
+pub(super) const RUNS_DIR: &str = "runs";
 /// Directories the spread CREATEs go to.
-const CREATE_DIRS: usize = 16;
+pub(super) const CREATE_DIRS: usize = 16;
 
 pub const LOOKUP: &str = "LOOKUP after drop_caches";
 pub const GETATTR: &str = "GETATTR after drop_caches";
@@ -97,10 +97,10 @@ pub fn prepare_run(share: &Path, run: &str) -> io::Result<()> {
 }
 
 /// Longer than the attribute and entry timeouts of a GlusterFS FUSE mount (1 s by default).
-const ATTR_TIMEOUT: Duration = Duration::from_millis(1200);
+pub(super) const ATTR_TIMEOUT: Duration = Duration::from_millis(1200);
 
 /// Writes back dirty data and drops the host's page cache, dentries and inodes.
-fn drop_caches() -> Result<(), String> {
+pub(super) fn drop_caches() -> Result<(), String> {
     // SAFETY: sync(2) takes no arguments.
     unsafe { libc::sync() };
     fs::write("/proc/sys/vm/drop_caches", "3")
@@ -229,12 +229,21 @@ fn getattrs(ctx: &Ctx, nodes: &[Vec<u64>], depth: usize) -> Result<Measured, Str
 /// A random 4 KiB block of one of `files` (node ID, fh) per request: `n` requests over the
 /// threads, as `(node, fh, offset)`.
 fn blocks(files: &[(u64, u64)], n: usize, t: usize, threads: usize) -> Vec<(u64, u64, u64)> {
+    picks(files.len(), n, t, threads)
+        .into_iter()
+        .map(|(i, off)| (files[i].0, files[i].1, off))
+        .collect()
+}
+
+/// Thread `t`'s share of `n` random 4 KiB blocks of `files` data files, as `(file index,
+/// offset)`: the same blocks whoever does the I/O (a daemon, or the host alone).
+pub(super) fn picks(files: usize, n: usize, t: usize, threads: usize) -> Vec<(usize, u64)> {
     let mut rng = Rng::new(t as u64 + 7);
     let per_file = DATA_LEN / u64::from(SMALL_IO);
     share_of(n, t, threads)
         .map(|_| {
-            let (node, fh) = files[rng.below(files.len() as u64) as usize];
-            (node, fh, rng.below(per_file) * u64::from(SMALL_IO))
+            let file = rng.below(files as u64) as usize;
+            (file, rng.below(per_file) * u64::from(SMALL_IO))
         })
         .collect()
 }
