@@ -351,16 +351,25 @@ where
         let elapsed = start.elapsed();
         let cpu = crate::shared::CpuSample::of(ctx.daemon_pid).since(&cpu0);
         let host_busy = crate::stats::HostCpu::now().busy_since(&host0);
-        let mut latencies = Vec::new();
-        let mut outputs = Vec::new();
-        for r in results {
-            let (lat, out) = r.map_err(crate::panic_message)??;
-            latencies.extend(lat);
-            outputs.push(out);
-        }
+        let (latencies, outputs) = gather(results)?;
         Ok((
             Measured::new(ops, elapsed, cpu, host_busy, latencies),
             outputs,
         ))
     })
+}
+
+/// What one thread of a timed phase ended with: its latencies and output, or why it failed.
+type Joined<T> = std::thread::Result<Result<(Vec<Duration>, T), String>>;
+
+/// The threads' latencies together and their outputs in thread order, or the first failure.
+fn gather<T>(results: Vec<Joined<T>>) -> Result<(Vec<Duration>, Vec<T>), String> {
+    let mut latencies = Vec::new();
+    let mut outputs = Vec::new();
+    for r in results {
+        let (lat, out) = r.map_err(crate::panic_message)??;
+        latencies.extend(lat);
+        outputs.push(out);
+    }
+    Ok((latencies, outputs))
 }

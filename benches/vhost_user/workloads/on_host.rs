@@ -78,13 +78,7 @@ fn timed_on_host<T: Send>(
         let results: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
         let elapsed = start.elapsed();
         let host_busy = crate::stats::HostCpu::now().busy_since(&host0);
-        let mut latencies = Vec::new();
-        let mut outputs = Vec::new();
-        for r in results {
-            let (lat, out) = r.map_err(crate::panic_message)??;
-            latencies.extend(lat);
-            outputs.push(out);
-        }
+        let (latencies, outputs) = gather(results)?;
         let m = Measured::new(ops, elapsed, Duration::ZERO, host_busy, latencies);
         Ok((m, outputs))
     })
@@ -208,14 +202,7 @@ pub fn run(
         }
         Ok(())
     })?;
-    Ok(vec![
-        (LOOKUP, lookup),
-        (GETATTR, getattr),
-        (READ, read),
-        (WRITE, write),
-        (WRITE_ONE, write_one),
-        (CREATE, create),
-        (CREATE_ONE, create_one),
-        (LISTING, listing),
-    ])
+    Ok(phase_rows([
+        lookup, getattr, read, write, write_one, create, create_one, listing,
+    ]))
 }

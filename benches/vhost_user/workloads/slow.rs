@@ -34,6 +34,16 @@ pub const CREATE: &str = "CREATE, 16 directories";
 pub const CREATE_ONE: &str = "CREATE, one directory";
 pub const LISTING: &str = "READDIRPLUS whole dir (per listing)";
 
+/// The rows of the phases with many requests in flight, measured in this order.
+const PHASES: [&str; 8] = [
+    LOOKUP, GETATTR, READ, WRITE, WRITE_ONE, CREATE, CREATE_ONE, LISTING,
+];
+
+/// [`PHASES`] with their measurements.
+pub(super) fn phase_rows(measured: [Measured; 8]) -> Vec<(&'static str, Measured)> {
+    PHASES.into_iter().zip(measured).collect()
+}
+
 /// Sizes of the slow-backend workloads (default run or `--quick`).
 pub struct SlowSizes {
     /// Files of the LOOKUP/GETATTR/READDIRPLUS directory.
@@ -153,16 +163,9 @@ pub fn run(
     let create_one = creates(ctx, &dirs[CREATE_DIRS..], s.creates, depth)?;
     drop_caches()?;
     let listing = listings(ctx, files, s.files, s.listings, depth)?;
-    let mut rows = vec![
-        (LOOKUP, lookup),
-        (GETATTR, getattr),
-        (READ, read),
-        (WRITE, write),
-        (WRITE_ONE, write_one),
-        (CREATE, create),
-        (CREATE_ONE, create_one),
-        (LISTING, listing),
-    ];
+    let mut rows = phase_rows([
+        lookup, getattr, read, write, write_one, create, create_one, listing,
+    ]);
     if one_at_a_time {
         let n = s.one_at_a_time;
         drop_caches()?;
