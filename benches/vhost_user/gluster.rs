@@ -197,7 +197,7 @@ fn each_setting(rows: &[crate::Row], specs: &[DaemonSpec]) -> String {
 fn host_busy(rows: &[crate::Row], specs: &[DaemonSpec]) -> String {
     let mut out = String::from("| workload | queues |");
     for spec in specs {
-        write!(out, " host CPUs busy, {} {} |", spec.cmd.name(), spec.tag).unwrap();
+        write!(out, " host CPUs busy, {} |", named(spec)).unwrap();
     }
     out.push_str(&format!("\n|---|---|{}\n", "---|".repeat(specs.len())));
     for row in rows {
@@ -218,6 +218,13 @@ fn host_busy(rows: &[crate::Row], specs: &[DaemonSpec]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The daemon's name and its setting's tag, if any ("vhostfs", "virtiofsd tp=16").
+fn named(spec: &DaemonSpec) -> String {
+    format!("{} {}", spec.cmd.name(), spec.tag)
+        .trim_end()
+        .to_owned()
 }
 
 /// `glusterfs --version`'s first line, e.g. "glusterfs 10.3".
@@ -259,7 +266,7 @@ impl HostAlone {
     fn table(&self, rows: &[crate::Row], specs: &[DaemonSpec], threads: usize) -> String {
         let mut out = format!("| workload | host alone, {threads} threads, ops/s (rounds) |");
         for spec in specs {
-            write!(out, " {} {}, share |", spec.cmd.name(), spec.tag).unwrap();
+            write!(out, " {}, share |", named(spec)).unwrap();
         }
         let bs: Vec<usize> = (0..specs.len())
             .filter(|&i| specs[i].side == Side::B)
