@@ -85,6 +85,11 @@ struct Args {
     /// `--inode-file-handles=never` with `--thread-pool-size=0` and `=16`.
     #[arg(long)]
     gluster: bool,
+    /// With `--gluster`: every brick operation waits this many microseconds (GlusterFS's
+    /// `debug/delay-gen` above the bricks' storage), as if the bricks were on other hosts: the
+    /// requests wait for a round trip instead of for this machine's CPUs.
+    #[arg(long, value_name = "MICROSECONDS", requires = "gluster")]
+    brick_delay: Option<u32>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,

@@ -13,6 +13,9 @@
 //! (`workloads/on_host.rs`: [`IN_FLIGHT`] host threads making the daemon's calls on the mount
 //! themselves): the most those calls give on this machine, whoever makes them.
 //!
+//! `--brick-delay` makes every brick operation wait (GlusterFS's `debug/delay-gen`), as if the
+//! bricks were on other hosts: the backend then waits instead of using this machine's CPUs.
+//!
 //! Every run starts a fresh daemon on the same share (CREATEs go to fresh directories per run).
 //! Needs root (`drop_caches`) and GlusterFS (`.ci/setup`); glusterd's port is the machine's, so
 //! run it under the lock other GlusterFS users of the machine take.
@@ -31,6 +34,12 @@ use crate::workloads::on_host;
 use crate::workloads::slow::{self, SlowSizes};
 use crate::workloads::Sizes;
 use crate::{default_daemons, probe_queues, report, Args, DaemonSpec, Session, Shape, Side, MQ};
+
+/// The brick operations `--brick-delay` delays: every one a request of the bench makes.
+const DELAYED_FOPS: &str = "lookup,stat,fstat,access,open,opendir,read,write,flush,fsync,\
+     create,mknod,mkdir,unlink,rmdir,rename,truncate,ftruncate,setattr,fsetattr,readdir,\
+     readdirp,statfs,getxattr,fgetxattr,setxattr,fsetxattr,inodelk,finodelk,entrylk,fentrylk,\
+     xattrop,fxattrop";
 
 /// Requests in flight in all (over the client threads), unless `--depth` says otherwise.
 const IN_FLIGHT: usize = 16;
@@ -63,7 +72,16 @@ pub fn run(args: &Args) -> Result<bool, String> {
         spec.max_queues = probe_queues(spec, empty.path())
             .map_err(|e| format!("{}: {e}", spec.cmd.command_line()))?;
     }
-    let gluster = Gluster::start();
+    let delay = args.brick_delay.map(|us| us.to_string());
+    let gluster = match &delay {
+        None => Gluster::start(),
+        Some(us) => Gluster::start_with(&[
+            ("delay-gen", "posix"),
+            ("delay-gen.delay-percentage", "100"),
+            ("delay-gen.delay-duration", us),
+            ("delay-gen.enable", DELAYED_FOPS),
+        ]),
+    };
     let share = gluster.mount_a.join("share");
     std::fs::create_dir(&share).map_err(|e| e.to_string())?;
     let t = Instant::now();
@@ -113,7 +131,7 @@ pub fn run(args: &Args) -> Result<bool, String> {
          Date: {}  \n\
          Machine: {}  \n\
          Share: a directory on a GlusterFS {} volume (replica 2, both bricks on this machine, \
-         FUSE-mounted here); the host's caches dropped before every timed phase  \n\
+         FUSE-mounted here{}); the host's caches dropped before every timed phase  \n\
          Rounds: {rounds}, daemons alternating; median round per daemon; {} s in total \
          (GlusterFS start-up {:.1} s)  \n\
          In flight: {in_flight} requests in all (a quarter per thread on 4 queues), \
@@ -122,6 +140,9 @@ pub fn run(args: &Args) -> Result<bool, String> {
         today(),
         machine(),
         gluster_version(),
+        delay.map_or(String::new(), |us| format!(
+            "; every brick operation delayed {us} µs (`--brick-delay`)"
+        )),
         started.elapsed().as_secs(),
         gluster.startup.as_secs_f64(),
     );

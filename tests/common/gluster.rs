@@ -120,6 +120,12 @@ impl Gluster {
     /// dir), started, mounted at [`Gluster::mount_a`] and [`Gluster::mount_b`]. Panics with what
     /// failed (and the end of glusterd's log).
     pub fn start() -> Gluster {
+        Gluster::start_with(&[])
+    }
+
+    /// [`Gluster::start`], with `gluster volume set` `options` (key, value) applied before the
+    /// volume starts.
+    pub fn start_with(options: &[(&str, &str)]) -> Gluster {
         let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let glusterd_bin = find_tool("glusterd", "glusterfs-server");
         find_tool("gluster", "glusterfs-server");
@@ -196,6 +202,9 @@ impl Gluster {
             .concat(),
         );
         g.created = true;
+        for (key, value) in options {
+            g.cli_ok(&["volume", "set", VOLUME, key, value]);
+        }
         g.cli_ok(&["volume", "start", VOLUME]);
         g.started = true;
         g.note_volume_processes();
