@@ -233,6 +233,18 @@ impl<'a, B: BitmapSlice> Reader<'a, B> {
     }
 }
 
+impl<B: BitmapSlice> Reader<'_, B> {
+    /// Copies the next `buf.len()` request bytes into `buf` without consuming them, if the
+    /// first buffer holds them all (a guest puts a request's header in a buffer of its own, or
+    /// at the start of a larger one); `false` otherwise.
+    pub fn peek(&self, buf: &mut [u8]) -> bool {
+        match self.bufs.unconsumed().first() {
+            Some(s) if s.len() >= buf.len() => s.copy_to(buf) == buf.len(),
+            _ => false,
+        }
+    }
+}
+
 impl<B: BitmapSlice> io::Read for Reader<'_, B> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let len = buf.len().min(self.bufs.avail);

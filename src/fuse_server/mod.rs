@@ -129,6 +129,33 @@ impl<S: BitmapSlice> Request<'_, S> {
     pub fn reply_bytes(&self) -> usize {
         self.writer.available_bytes()
     }
+
+    /// The directory whose lock on the host this request holds while it is served, if it
+    /// changes a name in one (CREATE, MKNOD, MKDIR, SYMLINK, LINK, UNLINK, RMDIR, RENAME,
+    /// RENAME2: the header's node ID; every filesystem takes that directory's lock, exclusive,
+    /// around such a change). Requests on the same directory are served one after the other by
+    /// the host whatever the daemon does, so another thread would only queue on the lock.
+    /// Read from the header without consuming it; `None` for any other request or a header
+    /// that is not in the first buffer.
+    pub fn locked_dir(&self) -> Option<u64> {
+        let mut h = InHeader::default();
+        if !self.reader.peek(h.as_mut_slice()) {
+            return None;
+        }
+        matches!(
+            h.opcode,
+            FUSE_CREATE
+                | FUSE_MKNOD
+                | FUSE_MKDIR
+                | FUSE_SYMLINK
+                | FUSE_LINK
+                | FUSE_UNLINK
+                | FUSE_RMDIR
+                | FUSE_RENAME
+                | FUSE_RENAME2
+        )
+        .then_some(h.nodeid)
+    }
 }
 
 pub struct FuseServer {

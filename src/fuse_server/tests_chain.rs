@@ -168,3 +168,42 @@ fn a_buffer_outside_guest_memory_refuses_the_chain() {
     let mut q = publish(&mem, &descs);
     assert!(chain::split(&mem, q.pop_descriptor_chain(&mem).unwrap()).is_err());
 }
+
+/// The directory a request changes a name in, read from its header without consuming it.
+#[test]
+fn a_request_names_the_directory_whose_lock_it_takes() {
+    use super::abi::{InHeader, FUSE_CREATE, FUSE_READ, FUSE_RENAME2};
+    use super::Request;
+    use vm_memory::ByteValued;
+
+    let mem = memory();
+    let header = |opcode: u32| InHeader {
+        len: 64,
+        opcode,
+        unique: 1,
+        nodeid: 42,
+        ..Default::default()
+    };
+    let locked = |parts: &[&[u8]]| {
+        let mut q = publish(&mem, &lay_out(&mem, parts, &[16]));
+        let chain = q.pop_descriptor_chain(&mem).unwrap();
+        let request = Request::of_chain(&mem, chain).unwrap();
+        let dir = request.locked_dir();
+        // Peeking consumed nothing.
+        assert_eq!(
+            request.request_bytes(),
+            parts.iter().map(|p| p.len()).sum::<usize>()
+        );
+        dir
+    };
+    let create = header(FUSE_CREATE);
+    let body = [0u8; 24];
+    assert_eq!(locked(&[create.as_slice(), &body]), Some(42));
+    let whole = [create.as_slice(), &body].concat();
+    assert_eq!(locked(&[&whole]), Some(42), "header and body in one buffer");
+    assert_eq!(locked(&[header(FUSE_RENAME2).as_slice(), &body]), Some(42));
+    assert_eq!(locked(&[header(FUSE_READ).as_slice(), &body]), None);
+    // A header cut across two buffers is not looked at.
+    let (a, b) = create.as_slice().split_at(20);
+    assert_eq!(locked(&[a, b, &body]), None);
+}

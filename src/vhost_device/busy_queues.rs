@@ -72,6 +72,11 @@ impl BusyQueues {
         }
     }
 
+    /// Threads draining `queue` now.
+    pub(super) fn draining(&self, queue: usize) -> u32 {
+        self.queues[queue].draining.load(Ordering::Relaxed)
+    }
+
     /// Queues drained now or within [`RECENT`].
     pub(super) fn busy(&self) -> usize {
         let now = self.now();

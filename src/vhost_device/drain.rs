@@ -75,6 +75,16 @@ enum Help {
     Waiting,
 }
 
+/// Threads at most that drain a queue whose requests wait changing names in one directory
+/// ([`crate::fuse_server::Request::locked_dir`]): the host serves those one at a time, under
+/// the directory's lock, so more threads only queue on it; a second one does a request's part
+/// outside the lock (the reply, the new name's lookup) while the first holds it. CREATE in one
+/// directory on GlusterFS with every brick operation delayed 500 µs, 16 in flight on 1 queue:
+/// 0.91 (0.90–0.96) of virtiofsd without a pool (the better setting) with a helper per waiting
+/// request, 1.05 (0.98–1.05) with this; with one thread only, 0.83 (0.72–0.96) of virtiofsd's
+/// 16 threads on GlusterFS without the delay (docs/benchmarks.md, issue 35).
+const ON_ONE_DIR: u32 = 2;
+
 /// Used entries at most put in the ring before the guest is notified, while more chains wait
 /// ([`notify_batch`]).
 const NOTIFY_BATCH: u16 = 16;
@@ -187,6 +197,8 @@ impl VhostFsBackend {
         // watched for blocking ([`voluntary_switches`]). And whether it took long and blocked.
         let mut last_long = false;
         let mut last_waited = false;
+        // The directory the request served last changed a name in ([`Request::locked_dir`]).
+        let mut last_dir = None;
         // Used entries added since the last notification. None once a lock section ends with
         // no chain popped (the queue was found empty, paused or stopped): a stop that sees no
         // chain in flight sees every used entry notified.
@@ -272,7 +284,14 @@ impl VhostFsBackend {
             // recruiting for it brought pool threads up and down through a guest's `rm` of
             // 10,000 files, 0.70-0.76 of a3da8eb's rate in the in-guest table (1.03 with no
             // pool; docs/benchmarks.md, issue 36).
-            let help = if backlog == 0 || queue == 0 {
+            // A request that waited gets a helper for the ones behind it, unless this one
+            // changes a name in the same directory and [`ON_ONE_DIR`] threads drain already.
+            let dir = request.locked_dir();
+            let queues_on_lock = last_waited
+                && dir.is_some()
+                && dir == last_dir
+                && self.inner.busy_queues.draining(queue) >= ON_ONE_DIR;
+            let help = if backlog == 0 || queue == 0 || queues_on_lock {
                 None
             } else if last_waited {
                 Some(Help::Waiting)
@@ -290,6 +309,7 @@ impl VhostFsBackend {
             let (used, nanos) = self.inner.server.serve_request(request);
             last_long = took_long(nanos, bytes + reply);
             last_waited = last_long && switches.is_some_and(|n| voluntary_switches() > n);
+            last_dir = dir;
             served = Some((head, used, bulk, in_flight));
         }
     }
